@@ -1,0 +1,46 @@
+# mempo — build, test, benchmark and demo entry points.
+# `make demo` and `make test` work on a fresh clone: Go fetches modules, build/libtorch.sh
+# fetches the pinned libtorch 2.1.2 once into ~/.cache/mempo (LIBTORCH=/path overrides).
+
+SHELL := /bin/bash
+GO_TORCH := build/go.sh
+REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
+# Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
+PURE_REQUIRED := ./format/... ./jobs/...
+
+.PHONY: all build test test-build test-pure test-torch bench demo libtorch fixtures clean
+
+all: build
+
+libtorch:
+	@if [ -n "$$LIBTORCH" ]; then echo "using LIBTORCH=$$LIBTORCH"; else build/libtorch.sh >/dev/null; fi
+
+build: libtorch
+	@mkdir -p bin
+	$(GO_TORCH) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+# Pure-Go packages build and pass with cgo off; then everything, with libtorch.
+test: test-build test-pure test-torch
+
+# The libtorch fetch fails with a clear message (stand-in pip, no network used).
+test-build:
+	@build/libtorch_test.sh
+
+test-pure:
+	@pure=$$(build/pure_pkgs.sh $(PURE_REQUIRED)) || exit 1; \
+	echo "CGO_ENABLED=0 go test ($$(echo $$pure | wc -w) pure-Go packages)"; \
+	CGO_ENABLED=0 go vet $$pure && CGO_ENABLED=0 go test -count=1 $$pure
+
+test-torch: libtorch
+	$(GO_TORCH) vet ./...
+	$(GO_TORCH) test -count=1 -timeout 30m ./...
+
+bench: libtorch
+	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...
+
+demo: build
+	@pipelines/demo.sh
+
+clean:
+	rm -rf bin runs

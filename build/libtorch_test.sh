@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Checks that build/libtorch.sh fails with one clear line, not a compiler wall, when
+# pip is missing, the download fails, or a wheel's checksum differs. Uses stand-in
+# python executables and a throwaway cache; touches no network.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+expect() { # name, wanted message fragment, command...
+  local name=$1 want=$2; shift 2
+  local out
+  out=$("$@" 2>&1 >/dev/null) && { echo "FAIL $name: exit 0, want failure"; fail=1; return; }
+  if grep -q -- "$want" <<<"$out"; then echo "ok   $name"; else echo "FAIL $name: got: $out; want: $want"; fail=1; fi
+}
+
+cat >"$tmp/nopip" <<'PY'
+#!/usr/bin/env bash
+exit 1
+PY
+cat >"$tmp/offline" <<'PY'
+#!/usr/bin/env bash
+[[ "$*" == *"--version"* ]] && { echo "pip 23"; exit 0; }
+echo "ERROR: Could not find a version that satisfies the requirement" >&2; exit 1
+PY
+cat >"$tmp/tampered" <<'PY'
+#!/usr/bin/env bash
+[[ "$*" == *"--version"* ]] && { echo "pip 23"; exit 0; }
+while [[ $# -gt 0 ]]; do case $1 in -d) dir=$2; shift 2;; *) req=$1; shift;; esac; done
+mkdir -p "$dir"; echo junk >"$dir/torch-2.1.2-cp311-cp311-manylinux1_x86_64.whl"
+PY
+chmod +x "$tmp"/nopip "$tmp"/offline "$tmp"/tampered
+
+export MEMPO_CACHE=$tmp/cache
+expect "python missing" "not found; install python3" env PYTHON=$tmp/none "$here/libtorch.sh"
+expect "pip missing" "is not available; install pip" env PYTHON=$tmp/nopip "$here/libtorch.sh"
+expect "network down" "pip download torch==2.1.2 failed" env PYTHON=$tmp/offline "$here/libtorch.sh"
+expect "checksum differs" "checksum mismatch" env PYTHON=$tmp/tampered "$here/libtorch.sh"
+[[ -e $tmp/cache/libtorch-2.1.2 ]] && { echo "FAIL a failed fetch left $tmp/cache/libtorch-2.1.2"; fail=1; }
+exit $fail

@@ -1,0 +1,57 @@
+// Package torch holds the process-wide libtorch runtime: the linked version, the
+// intra-op thread pool and device selection. Only tensor code imports it.
+package torch
+
+// #cgo CXXFLAGS: -std=c++17
+// const char *mempo_torch_version();
+// int mempo_torch_num_threads();
+// void mempo_torch_set_num_threads(int n);
+import "C"
+
+import (
+	"fmt"
+
+	"github.com/sugarme/gotch"
+)
+
+// WantVersion is the libtorch release gotch v0.9.1 is generated against.
+const WantVersion = "2.1.2"
+
+// Version reports the libtorch version the binary is linked with.
+func Version() string { return C.GoString(C.mempo_torch_version()) }
+
+// NumThreads reports the size of libtorch's intra-op thread pool.
+func NumThreads() int { return int(C.mempo_torch_num_threads()) }
+
+// SetNumThreads sets the intra-op thread pool size; n must be positive.
+func SetNumThreads(n int) error {
+	if n < 1 {
+		return fmt.Errorf("torch: threads %d, want >= 1", n)
+	}
+	C.mempo_torch_set_num_threads(C.int(n))
+	return nil
+}
+
+// Device resolves a --device value: "cpu", "cuda" or "cuda:N".
+func Device(name string) (gotch.Device, error) {
+	switch {
+	case name == "cpu":
+		return gotch.CPU, nil
+	case name == "cuda" || len(name) > 5 && name[:5] == "cuda:":
+		idx := 0
+		if name != "cuda" {
+			if _, err := fmt.Sscanf(name[5:], "%d", &idx); err != nil || idx < 0 {
+				return gotch.CPU, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
+			}
+		}
+		if !gotch.CUDA.IsAvailable() {
+			return gotch.CPU, fmt.Errorf("torch: device %q: CUDA is not available in this libtorch build or on this machine", name)
+		}
+		if n := int(gotch.CUDA.DeviceCount()); idx >= n {
+			return gotch.CPU, fmt.Errorf("torch: device %q: only %d CUDA devices", name, n)
+		}
+		return gotch.CudaBuilder(uint(idx)), nil
+	default:
+		return gotch.CPU, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
+	}
+}
