@@ -136,7 +136,11 @@ func WriteFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
+	// CreateTemp makes 0600 files; datasets are meant to be read by other users and tools.
+	err = f.Chmod(0o644)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

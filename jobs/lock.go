@@ -1,0 +1,144 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// lockInfo is the content of <out>.lock: who holds the output and since when.
+type lockInfo struct {
+	PID  int       `json:"pid"`
+	Host string    `json:"host"`
+	Time time.Time `json:"time"`
+}
+
+// processAlive reports whether pid runs on this host. EPERM means it exists but belongs
+// to another user, which still makes its lock live.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// lock takes path as self's lock and returns the function that releases it. The file is
+// written completely under a temp name and hard-linked into place, so a lock file is
+// never seen half-written and two takers cannot both succeed. A lock left by a dead
+// process on this host is taken over with a warning; a live one, or one from another
+// host whose liveness cannot be checked, fails with ErrLocked.
+func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), err error) {
+	data, err := json.Marshal(self)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	data = append(data, '\n')
+	for attempt := 0; ; attempt++ {
+		err := linkLock(path, data)
+		if err == nil {
+			return func() { unlock(path, data, log) }, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		held, raw, err := readLock(path)
+		if errors.Is(err, os.ErrNotExist) && attempt < 3 {
+			continue // released between our link and our read
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %v; if no stage is writing this output, remove the lock file: %w", path, err, ErrLocked)
+		}
+		if held.Host != self.Host {
+			return nil, fmt.Errorf("lock %s: held by pid %d on host %s since %s; if that process is gone, remove the lock file: %w",
+				path, held.PID, held.Host, held.Time.Format(time.RFC3339), ErrLocked)
+		}
+		if alive(held.PID) || attempt >= 3 {
+			return nil, fmt.Errorf("lock %s: held by running pid %d since %s: %w",
+				path, held.PID, held.Time.Format(time.RFC3339), ErrLocked)
+		}
+		if err := takeOver(path, raw); err != nil {
+			return nil, fmt.Errorf("lock %s: take over stale lock of pid %d: %w", path, held.PID, err)
+		}
+		log.Warn("took over stale lock", "lock", path, "dead_pid", held.PID, "since", held.Time)
+	}
+}
+
+func linkLock(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Link(tmp, path)
+}
+
+// readLock reads and parses a lock file; it is untrusted (a crash or a person may have
+// left anything there).
+func readLock(path string) (lockInfo, []byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return lockInfo{}, nil, err
+	}
+	var info lockInfo
+	if err := json.Unmarshal(raw, &info); err != nil || info.PID <= 0 || info.Host == "" {
+		return lockInfo{}, raw, fmt.Errorf("unreadable lock file (%q)", truncate(raw, 80))
+	}
+	return info, raw, nil
+}
+
+// takeOver moves the stale lock aside, then checks that what it moved is the stale lock
+// it read: if another process took the lock over in between, its lock is put back and
+// the next attempt sees it as live.
+func takeOver(path string, stale []byte) error {
+	aside := fmt.Sprintf("%s.stale-%d", path, os.Getpid())
+	if err := os.Rename(path, aside); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer os.Remove(aside)
+	moved, err := os.ReadFile(aside)
+	if err == nil && !bytes.Equal(moved, stale) {
+		os.Link(aside, path) // someone else's fresh lock: restore it
+	}
+	return nil
+}
+
+// unlock removes the lock if it is still ours; failures are logged, since the output is
+// already committed (or not) by then.
+func unlock(path string, data []byte, log *slog.Logger) {
+	raw, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(raw, data) {
+		log.Warn("lock changed hands before release; left in place", "lock", path, "err", err)
+		return
+	}
+	if err := os.Remove(path); err != nil {
+		log.Warn("release lock", "lock", path, "err", err)
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}

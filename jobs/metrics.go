@@ -1,0 +1,95 @@
+package jobs
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mempo/mempo/format"
+)
+
+// MetricsName is the per-shard metrics file written beside the manifest. It is not a
+// shard and not in the digest: timings differ from run to run, content does not.
+const MetricsName = "metrics.jsonl"
+
+// measure fills the manifest's timings and metrics. timing_s is this invocation's wall
+// time; shard_s sums the recorded compute time of every shard, including shards done by
+// an interrupted earlier run, so tokens/s stays right across a resume.
+func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
+	var rows, tokens int64
+	var shardS float64
+	for _, rec := range recs {
+		rows += rec.Rows
+		tokens += rec.Tokens
+		shardS += rec.Seconds
+	}
+	m.Timings.TotalS = r.now().Sub(start).Seconds()
+	if shardS > 0 {
+		m.Timings.TokensPS = float64(tokens) / shardS
+	}
+	m.Timings.PeakRSSMB = peakRSSMB()
+	m.Metrics = map[string]float64{
+		"timing_s":     m.Timings.TotalS,
+		"shard_s":      shardS,
+		"rows":         float64(rows),
+		"tokens":       float64(tokens),
+		"tokens_per_s": m.Timings.TokensPS,
+		"peak_rss_mb":  m.Timings.PeakRSSMB,
+		"shards":       float64(len(recs)),
+	}
+}
+
+// writeMetrics writes metrics.jsonl into dir: one line per shard, then one line with
+// the stage totals.
+func (r *runner) writeMetrics(dir string, recs []record, m *format.Manifest) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, rec := range recs {
+		line := map[string]any{"shard": rec.Shard, "file": rec.File, "rows": rec.Rows,
+			"tokens": rec.Tokens, "seconds": rec.Seconds}
+		if rec.Seconds > 0 {
+			line["tokens_per_s"] = float64(rec.Tokens) / rec.Seconds
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	total := map[string]any{"stage": m.Stage, "cache_key": m.CacheKey}
+	for k, v := range m.Metrics {
+		total[k] = v
+	}
+	if err := enc.Encode(total); err != nil {
+		return err
+	}
+	return r.spec.writeFile(filepath.Join(dir, MetricsName), b.Bytes())
+}
+
+// peakRSSMB is the process's peak resident set in MiB: VmHWM from /proc/self/status,
+// else getrusage's ru_maxrss (KiB on Linux); 0 when neither is available.
+func peakRSSMB() float64 {
+	if f, err := os.Open("/proc/self/status"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
+			if !ok {
+				continue
+			}
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		return float64(ru.Maxrss) / 1024
+	}
+	return 0
+}

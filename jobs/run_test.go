@@ -1,0 +1,393 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/format"
+)
+
+// testSpec is a small spec whose shards testWork computes.
+func testSpec(out string) Spec {
+	return Spec{
+		Stage: "test", Kind: "reference", SchemaVersion: 1,
+		Config: map[string]any{"rows": 10, "width": 3},
+		Seed:   7,
+		Inputs: []format.Input{{Name: "prompts", Path: "in/prompts", Digest: "sha256:00"}},
+		Shards: 5,
+		Out:    out,
+		Now:    fakeClock(),
+	}
+}
+
+// fakeClock advances one second per call, so timings are positive and deterministic.
+func fakeClock() func() time.Time {
+	t := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		t = t.Add(time.Second)
+		return t
+	}
+}
+
+// counter counts calls per shard.
+type counter map[int]int
+
+func (c counter) shards() []int {
+	var s []int
+	for g := range c {
+		s = append(s, g)
+	}
+	sort.Ints(s)
+	return s
+}
+
+// testWork writes rows that depend only on the shard index and seed.
+func testWork(seed int64, calls counter) WorkFunc {
+	return func(ctx context.Context, w *Work) error {
+		calls[w.Shard]++
+		var b bytes.Buffer
+		for i := range 3 + w.Shard {
+			fmt.Fprintf(&b, "seed %d shard %d row %d\n", seed, w.Shard, i)
+		}
+		w.Add(int64(3+w.Shard), int64(10*(3+w.Shard)))
+		return os.WriteFile(w.Path, b.Bytes(), 0o644)
+	}
+}
+
+func mustRun(t *testing.T, spec Spec, fn WorkFunc) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), spec, fn)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// listDir names what is beside and inside out, to show nothing half-done is left.
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && path != dir {
+			rel, _ := filepath.Rel(dir, path)
+			names = append(names, rel)
+		}
+		return nil
+	})
+	return names
+}
+
+func TestRunCommitsDataset(t *testing.T) {
+	root := t.TempDir()
+	out := filepath.Join(root, "out")
+	calls := counter{}
+	res := mustRun(t, testSpec(out), testWork(7, calls))
+	if res.Hit || res.Resumed != 0 {
+		t.Errorf("first Run: Hit %v Resumed %d, want false 0", res.Hit, res.Resumed)
+	}
+	if diff := cmp.Diff([]int{0, 1, 2, 3, 4}, calls.shards()); diff != "" {
+		t.Errorf("shards computed (-want +got):\n%s", diff)
+	}
+	m, err := format.ReadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config bytes.Buffer
+	json.Compact(&config, m.Config)
+	if m.CacheKey != res.Key.String() || m.Kind != "reference" || m.Seed != 7 || config.String() != `{"rows":10,"width":3}` {
+		t.Errorf("manifest = key %s kind %s seed %d config %s", m.CacheKey, m.Kind, m.Seed, m.Config)
+	}
+	if got, want := m.Rows(), int64(3+4+5+6+7); got != want {
+		t.Errorf("Rows() = %d, want %d", got, want)
+	}
+	if m.Metrics["tokens"] != 250 || m.Timings.TokensPS <= 0 || m.Timings.TotalS <= 0 {
+		t.Errorf("metrics = %v, timings %+v", m.Metrics, m.Timings)
+	}
+	for _, o := range m.Outputs {
+		sum, n, err := hashFile(filepath.Join(out, o.File))
+		if err != nil || sum != o.SHA256 || n != o.Bytes {
+			t.Errorf("%s: sha256 %s bytes %d err %v, manifest %s %d", o.File, sum, n, err, o.SHA256, o.Bytes)
+		}
+	}
+	want := []string{"_manifest.json", "metrics.jsonl", "part-00000.parquet", "part-00001.parquet",
+		"part-00002.parquet", "part-00003.parquet", "part-00004.parquet"}
+	if diff := cmp.Diff(want, listDir(t, out)); diff != "" {
+		t.Errorf("output files (-want +got):\n%s", diff)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 1 {
+		t.Errorf("beside the output: %v; want no temp dir or lock left", entries)
+	}
+	b, err := os.ReadFile(filepath.Join(out, MetricsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "\n"); got != 6 {
+		t.Errorf("metrics.jsonl has %d lines, want 5 shards + 1 total", got)
+	}
+}
+
+func TestRunCacheHitAndMiss(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	first := mustRun(t, testSpec(out), testWork(7, counter{}))
+	digest := first.Manifest.Digest()
+
+	var stdout bytes.Buffer
+	calls := counter{}
+	spec := testSpec(out)
+	spec.Stdout = &stdout
+	res := mustRun(t, spec, testWork(7, calls))
+	if !res.Hit || len(calls) != 0 {
+		t.Errorf("identical rerun: Hit %v, computed %v; want a hit with no work", res.Hit, calls.shards())
+	}
+	if !strings.Contains(stdout.String(), "cache hit") {
+		t.Errorf("stdout = %q, want a cache hit line", stdout.String())
+	}
+
+	tests := []struct {
+		name   string
+		change func(*Spec)
+	}{
+		{"config", func(s *Spec) { s.Config = map[string]any{"rows": 11, "width": 3} }},
+		{"seed", func(s *Spec) { s.Seed = 8 }},
+		{"input", func(s *Spec) { s.Inputs[0].Digest = "sha256:ff" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := testSpec(out)
+			spec.Inputs = append([]format.Input(nil), spec.Inputs...)
+			tt.change(&spec)
+			calls := counter{}
+			res := mustRun(t, spec, testWork(spec.Seed, calls))
+			if res.Hit || len(calls) != 5 {
+				t.Errorf("Run after %s change: Hit %v, computed %v; want a miss recomputing all 5", tt.name, res.Hit, calls.shards())
+			}
+		})
+	}
+	// Back to the original spec: a miss again (the output was replaced), same digest.
+	res = mustRun(t, testSpec(out), testWork(7, counter{}))
+	if res.Hit || res.Manifest.Digest() != digest {
+		t.Errorf("original spec again: Hit %v digest %s, want recomputed digest %s", res.Hit, res.Manifest.Digest(), digest)
+	}
+	spec = testSpec(out)
+	spec.Force = true
+	calls = counter{}
+	if res := mustRun(t, spec, testWork(7, calls)); res.Hit || len(calls) != 5 {
+		t.Errorf("Force over a hit: Hit %v, computed %v; want all 5 recomputed", res.Hit, calls.shards())
+	}
+}
+
+func TestRunNeverTrustsDirWithoutValidManifest(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, out string)
+	}{
+		{"no manifest", func(t *testing.T, out string) { os.Remove(filepath.Join(out, format.ManifestName)) }},
+		{"truncated manifest", func(t *testing.T, out string) {
+			os.WriteFile(filepath.Join(out, format.ManifestName), []byte(`{"kind":"refer`), 0o644)
+		}},
+		{"shard missing", func(t *testing.T, out string) { os.Remove(filepath.Join(out, "part-00002.parquet")) }},
+		{"shard truncated", func(t *testing.T, out string) { os.Truncate(filepath.Join(out, "part-00003.parquet"), 1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			want := mustRun(t, testSpec(out), testWork(7, counter{})).Manifest.Digest()
+			tt.damage(t, out)
+			var log bytes.Buffer
+			spec := testSpec(out)
+			spec.Log = slog.New(slog.NewTextHandler(&log, nil))
+			calls := counter{}
+			res := mustRun(t, spec, testWork(7, calls))
+			if res.Hit || len(calls) != 5 || res.Manifest.Digest() != want {
+				t.Errorf("Run over %s: Hit %v computed %v digest %s, want recomputed %s", tt.name, res.Hit, calls.shards(), res.Manifest.Digest(), want)
+			}
+			if tt.name != "no manifest" && !strings.Contains(log.String(), "cache miss") {
+				t.Errorf("log lacks the miss reason:\n%s", log.String())
+			}
+		})
+	}
+}
+
+func TestRunResumesAfterFailure(t *testing.T) {
+	clean := mustRun(t, testSpec(filepath.Join(t.TempDir(), "clean")), testWork(7, counter{}))
+
+	out := filepath.Join(t.TempDir(), "out")
+	boom := errors.New("boom")
+	calls := counter{}
+	failing := func(ctx context.Context, w *Work) error {
+		if w.Shard == 3 {
+			return boom
+		}
+		return testWork(7, calls)(ctx, w)
+	}
+	if _, err := Run(context.Background(), testSpec(out), failing); !errors.Is(err, boom) || !strings.Contains(err.Error(), "shard 3") {
+		t.Fatalf("Run = %v, want boom naming shard 3", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("failed run published %s (stat err %v)", out, err)
+	}
+	// Damage a recorded shard in the temp dir: resume must recompute it, not trust it.
+	tmp := out + ".tmp-" + clean.Key.Short()
+	if err := os.WriteFile(filepath.Join(tmp, "part-00001.parquet"), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calls = counter{}
+	res := mustRun(t, testSpec(out), testWork(7, calls))
+	if diff := cmp.Diff([]int{1, 3, 4}, calls.shards()); diff != "" {
+		t.Errorf("resumed run computed (-want +got):\n%s", diff)
+	}
+	if res.Resumed != 2 {
+		t.Errorf("Resumed = %d, want 2", res.Resumed)
+	}
+	if diff := cmp.Diff(clean.Manifest.Outputs, res.Manifest.Outputs); diff != "" {
+		t.Errorf("resumed outputs differ from a clean run (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunDiskFullPublishesNothing(t *testing.T) {
+	enospc := &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}
+	tests := []struct {
+		name   string
+		work   func(WorkFunc) WorkFunc
+		writer func(string, []byte) error
+	}{
+		{"stage writer", func(fn WorkFunc) WorkFunc {
+			return func(ctx context.Context, w *Work) error {
+				if w.Shard == 2 {
+					os.WriteFile(w.Path, []byte("half"), 0o644)
+					return fmt.Errorf("write rows: %w", enospc)
+				}
+				return fn(ctx, w)
+			}
+		}, nil},
+		{"completion record", func(fn WorkFunc) WorkFunc { return fn }, func(path string, b []byte) error {
+			if strings.Contains(path, "part-00002") {
+				return enospc
+			}
+			return format.WriteFileAtomic(path, b)
+		}},
+		{"manifest", func(fn WorkFunc) WorkFunc { return fn }, func(path string, b []byte) error {
+			if filepath.Base(path) == format.ManifestName {
+				return enospc
+			}
+			return format.WriteFileAtomic(path, b)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			spec := testSpec(out)
+			spec.writeFile = tt.writer
+			_, err := Run(context.Background(), spec, tt.work(testWork(7, counter{})))
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "disk full: nothing was published") {
+				t.Fatalf("Run = %v, want ENOSPC saying nothing was published", err)
+			}
+			if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s exists after a disk-full failure", out)
+			}
+			if _, err := os.Stat(out + ".lock"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("lock left behind after failure")
+			}
+			// With space again, the rerun finishes from the recorded shards.
+			res := mustRun(t, testSpec(out), testWork(7, counter{}))
+			if res.Resumed == 0 {
+				t.Errorf("rerun resumed no shards")
+			}
+		})
+	}
+}
+
+func TestRunVerify(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, testSpec(out), testWork(7, counter{}))
+	spec := testSpec(out)
+	spec.Verify = true
+	calls := counter{}
+	res := mustRun(t, spec, testWork(7, calls))
+	if !res.Hit || !res.Verified || len(calls) != 5 {
+		t.Errorf("Verify: Hit %v Verified %v computed %v, want a verified hit recomputing 5", res.Hit, res.Verified, calls.shards())
+	}
+	// A stage that is not deterministic fails verification, naming the shard.
+	drift := func(ctx context.Context, w *Work) error {
+		if w.Shard == 2 {
+			return os.WriteFile(w.Path, []byte("different\n"), 0o644)
+		}
+		return testWork(7, counter{})(ctx, w)
+	}
+	_, err := Run(context.Background(), spec, drift)
+	if !errors.Is(err, ErrVerify) || !strings.Contains(err.Error(), "part-00002.parquet") {
+		t.Errorf("Verify of drifting stage = %v, want ErrVerify naming part-00002.parquet", err)
+	}
+	if _, err := os.Stat(out + ".verify-" + res.Key.Short()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("verify dir left behind")
+	}
+	if _, err := format.ReadManifest(out); err != nil {
+		t.Errorf("failed verify damaged the output: %v", err)
+	}
+}
+
+func TestRunLocked(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Dir(out), 0o755)
+	host, _ := os.Hostname()
+	tests := []struct {
+		name string
+		info lockInfo
+	}{
+		{"live writer on this host", lockInfo{PID: os.Getpid(), Host: host, Time: time.Now()}},
+		{"writer on another host", lockInfo{PID: 1, Host: host + "-other", Time: time.Now()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release, err := lock(out+".lock", tt.info, processAlive, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			calls := counter{}
+			spec := testSpec(out)
+			spec.Host = host
+			_, err = Run(context.Background(), spec, testWork(7, calls))
+			if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), out+".lock") {
+				t.Errorf("second writer: Run = %v, want ErrLocked naming the lock", err)
+			}
+			if len(calls) != 0 {
+				t.Errorf("second writer computed shards %v", calls.shards())
+			}
+		})
+	}
+}
+
+func TestRunTakesOverStaleLock(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	host, _ := os.Hostname()
+	stale := lockInfo{PID: 4242, Host: host, Time: time.Now()}
+	if _, err := lock(out+".lock", stale, processAlive, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	spec := testSpec(out)
+	spec.Host = host
+	spec.Log = slog.New(slog.NewTextHandler(&log, nil))
+	spec.alive = func(pid int) bool { return pid != 4242 }
+	mustRun(t, spec, testWork(7, counter{}))
+	if !strings.Contains(log.String(), "took over stale lock") || !strings.Contains(log.String(), "dead_pid=4242") {
+		t.Errorf("log lacks the takeover warning:\n%s", log.String())
+	}
+	if _, err := os.Stat(out + ".lock"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock not released after the run")
+	}
+}
