@@ -4,29 +4,23 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/mempo/mempo/cmd/internal/app"
 )
 
 func main() {
-	app := &cli.App{
-		Name:     "mempo",
-		Usage:    "tools for MemPO training pipelines (the stages are the mempo-* binaries)",
-		Commands: []*cli.Command{versionCommand},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), 2)
+	a := &cli.App{
+		Name:  "mempo",
+		Usage: "tools for MemPO training pipelines (the stages are the mempo-* binaries)",
+		Commands: []*cli.Command{
+			indexCommand,
+			serveRetrieverCommand,
+			versionCommand,
 		},
 	}
-	if err := app.Run(os.Args); err != nil {
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			fmt.Fprintln(os.Stderr, "mempo:", err)
-			os.Exit(ec.ExitCode())
-		}
-		fmt.Fprintln(os.Stderr, "mempo:", err)
-		os.Exit(1)
-	}
+	app.Prepare(a)
+	os.Exit(app.Main(a, os.Args))
 }

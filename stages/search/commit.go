@@ -1,0 +1,148 @@
+package search
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The index is built in "<dir>.tmp-<pid>" beside its target and renamed into place
+// once complete (cmd/go/internal/renameio, containerd's content writer). A directory
+// being replaced is first moved to "<dir>.old-<pid>". A killed build leaves only
+// these scratch directories, which the next build removes once their pid is gone.
+const (
+	tmpInfix = ".tmp-"
+	oldInfix = ".old-"
+)
+
+// syncTree fsyncs every file and directory under root, deepest first, so the rename
+// that publishes root never exposes a directory whose contents are not on disk.
+func syncTree(root string) error {
+	var dirs []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, path)
+			return nil
+		}
+		return syncPath(path)
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syncPath(dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFileSync writes data to path and fsyncs it.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// publish renames the complete directory tmp to dir. An existing dir is moved
+// aside first and removed after; failing to remove it is logged, not returned,
+// because the new index is already in place.
+func publish(tmp, dir string, log *slog.Logger) error {
+	old := ""
+	if _, err := os.Lstat(dir); err == nil {
+		old = dir + oldInfix + strconv.Itoa(os.Getpid())
+		if err := os.RemoveAll(old); err != nil {
+			return fmt.Errorf("remove %s: %w", old, err)
+		}
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("move old index aside: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("publish index: %w", err)
+	}
+	if err := syncPath(filepath.Dir(dir)); err != nil {
+		log.Warn("index published but its parent directory was not synced", "dir", dir, "err", err)
+	}
+	if old != "" {
+		if err := os.RemoveAll(old); err != nil {
+			log.Warn("could not remove replaced index", "dir", old, "err", err)
+		}
+	}
+	return nil
+}
+
+// removeStale deletes scratch directories of earlier builds of dir whose process
+// is gone. Directories of a live process (a concurrent build) are left alone.
+func removeStale(dir string, log *slog.Logger) {
+	for _, infix := range []string{tmpInfix, oldInfix} {
+		matches, _ := filepath.Glob(globEscape(dir) + infix + "*")
+		for _, m := range matches {
+			pid, err := strconv.Atoi(strings.TrimPrefix(m, dir+infix))
+			if err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			if err := os.RemoveAll(m); err != nil {
+				log.Warn("could not remove scratch directory of an earlier build", "dir", m, "err", err)
+				continue
+			}
+			log.Info("removed scratch directory of an interrupted build", "dir", m)
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// globEscape quotes the glob metacharacters of a literal path.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
