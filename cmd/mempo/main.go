@@ -17,7 +17,9 @@ func main() {
 		Usage: "tools for MemPO training pipelines (the stages are the mempo-* binaries)",
 		Commands: []*cli.Command{
 			indexCommand,
+			inspectCommand,
 			serveRetrieverCommand,
+			verifyCommand,
 			versionCommand,
 		},
 	}

@@ -1,0 +1,124 @@
+package format
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Dataset is a committed dataset directory: its shards are exactly the files its
+// manifest lists, in that order. A directory is a dataset only once its manifest
+// exists (the manifest is written last), so a Dataset never sees a half-written
+// output. Shards are immutable after commit; their checksums prove it.
+type Dataset struct {
+	Dir      string
+	Manifest *Manifest
+}
+
+// OpenDataset opens the dataset in dir. A directory without a valid manifest is not a
+// dataset (ErrNotDataset), whatever Parquet files it holds.
+func OpenDataset(dir string) (*Dataset, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Dataset{Dir: dir, Manifest: m}, nil
+}
+
+// Path returns the path of shard i in manifest order.
+func (d *Dataset) Path(i int) string { return filepath.Join(d.Dir, d.Manifest.Outputs[i].File) }
+
+// Len returns the number of shards.
+func (d *Dataset) Len() int { return len(d.Manifest.Outputs) }
+
+// VerifyShard recomputes shard i's size and sha256 and compares them with the
+// manifest; a mismatch or a missing file is ErrCorrupt naming the file.
+func (d *Dataset) VerifyShard(i int) error {
+	want := d.Manifest.Outputs[i]
+	path := d.Path(i)
+	sum, n, err := Checksum(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("verify %s: listed in the manifest but missing: %w", path, ErrCorrupt)
+		}
+		return fmt.Errorf("verify %s: %w", path, err)
+	}
+	if n != want.Bytes {
+		return fmt.Errorf("verify %s: %d bytes, manifest says %d: %w", path, n, want.Bytes, ErrCorrupt)
+	}
+	if sum != want.SHA256 {
+		return fmt.Errorf("verify %s: sha256 %.12s…, manifest says %.12s…: %w", path, sum, want.SHA256, ErrCorrupt)
+	}
+	return nil
+}
+
+// Verify checks every shard (VerifyShard) and returns all failures joined, so one
+// run names every bad file.
+func (d *Dataset) Verify() error {
+	var errs []error
+	for i := range d.Manifest.Outputs {
+		if err := d.VerifyShard(i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Checksum returns the hex sha256 and size of the file at path, streaming it.
+func Checksum(path string) (sum string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// checkKind fails when the dataset's manifest is of another kind or version than R.
+func checkKind[R Row](d *Dataset) error {
+	l := layoutFor[R]()
+	m := d.Manifest
+	path := filepath.Join(d.Dir, ManifestName)
+	if m.Kind != l.kind {
+		return fmt.Errorf("read %s: kind %q, want %q: %w", path, m.Kind, l.kind, ErrSchemaMismatch)
+	}
+	if m.SchemaVersion != l.version {
+		return fmt.Errorf("read %s: kind %s schema version %d, want %d (rewrite it with this mempo version): %w",
+			path, m.Kind, m.SchemaVersion, l.version, ErrSchemaMismatch)
+	}
+	return nil
+}
+
+// OpenShards returns a reader over every shard of d in manifest order. Each shard is
+// checked against the manifest (size, and sha256 unless WithVerify(false)) before its
+// rows are decoded.
+func OpenShards[R Row](d *Dataset, opts ...Option) (*Reader[R], error) {
+	if err := checkKind[R](d); err != nil {
+		return nil, err
+	}
+	srcs := make([]source, d.Len())
+	for i := range srcs {
+		srcs[i] = source{path: d.Path(i), want: &d.Manifest.Outputs[i]}
+	}
+	return newReader[R](srcs, opts)
+}
+
+// OpenShard returns a reader over shard i of d alone, checked like OpenShards.
+func OpenShard[R Row](d *Dataset, i int, opts ...Option) (*Reader[R], error) {
+	if i < 0 || i >= d.Len() {
+		return nil, fmt.Errorf("read %s: shard %d of %d: out of range", d.Dir, i, d.Len())
+	}
+	if err := checkKind[R](d); err != nil {
+		return nil, err
+	}
+	return newReader[R]([]source{{path: d.Path(i), want: &d.Manifest.Outputs[i]}}, opts)
+}

@@ -1,0 +1,129 @@
+package format
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestInspect(t *testing.T) {
+	dir := filepath.Join(tempDir(t), "ds")
+	writeDataset(t, dir, sampleRollouts(), 2, WithRowGroupRows(2))
+	s, err := Inspect(dir, 3)
+	if err != nil {
+		t.Fatalf("Inspect(%s) error: %v", dir, err)
+	}
+	if s.Kind != KindRollouts || s.Rows != 5 || len(s.Shards) != 2 || len(s.Head) != 3 {
+		t.Errorf("Inspect = kind %s, %d rows, %d shards, %d head rows, want rollouts, 5, 2, 3", s.Kind, s.Rows, len(s.Shards), len(s.Head))
+	}
+	col := func(name string) ColumnStats {
+		for _, c := range s.Columns {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no column %q in %v", name, s.Columns)
+		return ColumnStats{}
+	}
+	opts := cmpopts.IgnoreUnexported(NumStats{})
+	// sampleRollouts: turns 0,1,0,0,15; prompt_ids lengths 3,2,0,2,0 with values 1,2,3,1,2,-1,2^30.
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"turn values", col("turn").Values, &NumStats{Count: 5, Min: 0, Max: 15, Mean: 3.2}},
+		{"prompt_ids lengths", col("prompt_ids").Lengths, &NumStats{Count: 5, Min: 0, Max: 3, Mean: 1.4}},
+		{"prompt_ids values", col("prompt_ids").Values, &NumStats{Count: 7, Min: -1, Max: 1 << 30, Mean: float64(1+2+3+1+2-1+(1<<30)) / 7}},
+		{"uid distinct", col("uid").Distinct, 3},
+		{"action distinct", col("action").Distinct, 4}, // search, answer, invalid, ""
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, tt.got, opts, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
+		}
+	}
+	var first map[string]any
+	if err := json.Unmarshal(mustJSON(t, s.Head[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if first["uid"] != "p0" || first["action"] != "search" {
+		t.Errorf("head[0] = %v, want uid p0, action search", first)
+	}
+
+	var text bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind       rollouts (schema version 1)", "part-00001.parquet", "len min 0 max 3 mean 1.4", "distinct 3", "first 3 rows", "  uid: \"p0\"", `response: "<mem>a</mem><search>x</search>"`} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("WriteText output lacks %q:\n%s", want, text.String())
+		}
+	}
+	var round Summary
+	if err := json.Unmarshal(mustJSON(t, s), &round); err != nil {
+		t.Fatalf("JSON output does not parse: %v", err)
+	}
+	if round.Rows != 5 || len(round.Columns) != len(s.Columns) {
+		t.Errorf("JSON round trip: %d rows, %d columns, want 5, %d", round.Rows, len(round.Columns), len(s.Columns))
+	}
+}
+
+func TestInspectCountsNaN(t *testing.T) {
+	rows := sampleScores()
+	rows[1].Reward = float32(math.NaN())
+	dir := filepath.Join(tempDir(t), "ds")
+	writeDataset(t, dir, rows, 1)
+	s, err := Inspect(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range s.Columns {
+		if c.Name == "reward" && (c.Values.NaN != 1 || c.Values.Count != 3 || c.Values.Max != 1) {
+			t.Errorf("reward stats = %+v, want 1 NaN apart from 3 values with max 1", c.Values)
+		}
+	}
+	if len(s.Head) != 0 {
+		t.Errorf("head 0 gave %d rows", len(s.Head))
+	}
+}
+
+func TestInspectBadInput(t *testing.T) {
+	root := tempDir(t)
+	if _, err := Inspect(root, 1); !errors.Is(err, ErrNotDataset) {
+		t.Errorf("Inspect(dir without manifest) = %v, want ErrNotDataset", err)
+	}
+	dir := filepath.Join(root, "ds")
+	d := writeDataset(t, dir, sampleAdvantages(), 2)
+	b, _ := os.ReadFile(d.Path(0))
+	b[10] ^= 1
+	os.WriteFile(d.Path(0), b, 0o644)
+	if _, err := Inspect(dir, 1); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), d.Path(0)) {
+		t.Errorf("Inspect(corrupt shard) = %v, want ErrCorrupt naming %s", err, d.Path(0))
+	}
+}
+
+func TestDatasetString(t *testing.T) {
+	d := writeDataset(t, filepath.Join(tempDir(t), "ds"), sampleMetrics(), 2)
+	want := "metrics v1, 2 shards, 3 rows, digest " + d.Manifest.Digest()
+	if got := d.String(); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

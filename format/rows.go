@@ -1,0 +1,100 @@
+package format
+
+// Schema versions, one per kind. Bump a kind's version whenever its columns change
+// meaning, type or name; readers refuse any other version instead of guessing.
+const (
+	PromptsVersion    = 1
+	RolloutsVersion   = 1
+	ScoresVersion     = 1
+	LogprobsVersion   = 1
+	AdvantagesVersion = 1
+	MetricsVersion    = 1
+)
+
+// Row is the set of typed rows a shard holds, one Go type per kind. Each field's
+// `arrow:"name"` tag is the Parquet column name; the column type follows from the Go
+// type (see codec.go). Empty lists read back as nil slices.
+type Row interface {
+	Prompt | Rollout | Score | Logprob | Advantage | Metric
+}
+
+// Prompt is one question of a prompts shard. A MEM1-style composed prompt carries K
+// objectives: Question joins them with "; " and Golds holds one alias list per
+// objective, in the same order.
+type Prompt struct {
+	UID         string     `arrow:"uid"`          // stable hash of data_source, split and source indices
+	DataSource  string     `arrow:"data_source"`  // e.g. "nq", "hotpotqa", "synthetic"
+	Split       string     `arrow:"split"`        // "train", "test", …
+	SourceIndex []int64    `arrow:"source_index"` // row indices in the source file, one per objective
+	Question    string     `arrow:"question"`
+	Golds       [][]string `arrow:"golds"` // golds[k] = accepted aliases of objective k
+}
+
+// Rollout is one turn of one sampled trajectory: exactly what the policy saw
+// (PromptIDs, the pruned context) and produced (ResponseIDs).
+type Rollout struct {
+	UID              string    `arrow:"uid"`
+	Sample           int32     `arrow:"sample"` // 0..n-1 within the GRPO group
+	Turn             int32     `arrow:"turn"`   // 0-based
+	PromptIDs        []int32   `arrow:"prompt_ids"`
+	ResponseIDs      []int32   `arrow:"response_ids"`
+	SamplingLogprobs []float32 `arrow:"sampling_logprobs"` // one per response token
+	// MemStart and MemEnd are the [start, end) token span of <mem>…</mem> in
+	// ResponseIDs, tags included; MemStart == MemEnd means the turn wrote no memory.
+	MemStart     int32  `arrow:"mem_start"`
+	MemEnd       int32  `arrow:"mem_end"`
+	Response     string `arrow:"response"` // decoded ResponseIDs, for auditing
+	Memory       string `arrow:"memory"`   // text inside <mem>, "" when none
+	Action       string `arrow:"action"`   // "search", "answer" or "invalid"
+	Query        string `arrow:"query"`    // search query or answer text
+	Observation  string `arrow:"observation"`
+	Finish       string `arrow:"finish"` // "stop", "length" or "max_turns"
+	PolicyDigest string `arrow:"policy_digest"`
+}
+
+// Score is the outcome of one trajectory (prompt, sample).
+type Score struct {
+	UID      string    `arrow:"uid"`
+	Sample   int32     `arrow:"sample"`
+	Answer   string    `arrow:"answer"` // text of the last <answer>
+	EM       []float32 `arrow:"em"`     // per objective, 0 or 1
+	F1       []float32 `arrow:"f1"`     // per objective
+	FormatOK bool      `arrow:"format_ok"`
+	Reward   float32   `arrow:"reward"`
+	TT       int64     `arrow:"tt"`    // total tokens over all calls
+	PT       int32     `arrow:"pt"`    // peak single-call context
+	Turns    int32     `arrow:"turns"` // turns taken
+}
+
+// Logprob holds the per-token log-probabilities of one turn under the old (rollout)
+// and reference policies, and the memory pass probabilities when the turn has a memory.
+type Logprob struct {
+	UID         string    `arrow:"uid"`
+	Sample      int32     `arrow:"sample"`
+	Turn        int32     `arrow:"turn"`
+	OldLogprobs []float32 `arrow:"old_logprobs"`
+	RefLogprobs []float32 `arrow:"ref_logprobs"`
+	PMem        *float32  `arrow:"p_mem"`  // nil when the turn wrote no memory
+	PFull       *float32  `arrow:"p_full"` // nil when the turn wrote no memory
+}
+
+// Advantage holds the advantages of one turn (DESIGN.md §7).
+type Advantage struct {
+	UID        string    `arrow:"uid"`
+	Sample     int32     `arrow:"sample"`
+	Turn       int32     `arrow:"turn"`
+	Reward     float32   `arrow:"reward"` // outcome reward R^T of the trajectory
+	AdvOutcome float32   `arrow:"adv_outcome"`
+	MemReward  *float32  `arrow:"mem_reward"` // R^M, nil when the turn wrote no memory
+	AdvMemory  *float32  `arrow:"adv_memory"` // A^M, nil when the turn wrote no memory
+	Advantages []float32 `arrow:"advantages"` // one per response token
+}
+
+// Metric is one scalar a stage measured at a step (loss, kl, tokens/s, …).
+type Metric struct {
+	Stage string  `arrow:"stage"`
+	Iter  int32   `arrow:"iter"`
+	Step  int64   `arrow:"step"`
+	Name  string  `arrow:"name"`
+	Value float64 `arrow:"value"`
+}

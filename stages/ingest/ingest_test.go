@@ -1,0 +1,232 @@
+package ingest
+
+import (
+	"compress/gzip"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mempo/mempo/format"
+)
+
+// The fixtures come from testdata/make_fixtures.py (pyarrow); see its docstring.
+
+func TestReadParquetSearchR1(t *testing.T) {
+	got, err := ReadParquet(filepath.Join("testdata", "search_r1.parquet"), Config{K: 1})
+	if err != nil {
+		t.Fatalf("ReadParquet error: %v", err)
+	}
+	want := []Question{
+		{"nq", "train", 0, "who wrote the play hamlet", []string{"William Shakespeare", "Shakespeare"}},
+		{"nq", "train", 1, "what is the capital city of australia", []string{"Canberra"}},
+		{"hotpotqa", "train", 2, "which river flows through the city where the eiffel tower stands", []string{"Seine", "the Seine", "River Seine"}},
+		{"nq", "train", 3, "how many strings does a standard violin have", []string{"four", "4"}},
+		{"hotpotqa", "train", 4, "who directed the film that won best picture in 1998", []string{"James Cameron"}},
+		{"nq", "train", 5, "what element has the chemical symbol fe", []string{"iron"}},
+		{"nq", "train", 6, "in which year did the berlin wall fall", []string{"1989"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReadParquet(search_r1.parquet) (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadParquetVerlPlain(t *testing.T) {
+	// large_string columns, no question column, ground_truth a plain string, no split.
+	got, err := ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{})
+	if err != nil {
+		t.Fatalf("ReadParquet error: %v", err)
+	}
+	want := []Question{
+		{"toy", "verl_plain", 0, "what is 2 plus 3", []string{"5"}},
+		{"toy", "verl_plain", 1, "name the largest planet", []string{"Jupiter"}},
+		{"toy", "verl_plain", 2, "what colour is the sky", []string{"blue"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReadParquet(verl_plain.parquet) (-want +got):\n%s", diff)
+	}
+	got, err = ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{Split: "test", DataSource: "gsm"})
+	if err != nil || got[0].Split != "test" || got[0].DataSource != "gsm" {
+		t.Errorf("with overrides: %+v, %v, want split test, data_source gsm", got[0], err)
+	}
+}
+
+func TestImportComposesK(t *testing.T) {
+	prompts, rep, err := Import([]string{filepath.Join("testdata", "search_r1.parquet")}, Config{K: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nq has rows 0,1,3,5,6 → (0,1), (3,5), 6 dropped; hotpotqa rows 2,4 → (2,4).
+	want := []format.Prompt{
+		{DataSource: "nq", Split: "train", SourceIndex: []int64{0, 1},
+			Question: "who wrote the play hamlet; what is the capital city of australia",
+			Golds:    [][]string{{"William Shakespeare", "Shakespeare"}, {"Canberra"}}},
+		{DataSource: "nq", Split: "train", SourceIndex: []int64{3, 5},
+			Question: "how many strings does a standard violin have; what element has the chemical symbol fe",
+			Golds:    [][]string{{"four", "4"}, {"iron"}}},
+		{DataSource: "hotpotqa", Split: "train", SourceIndex: []int64{2, 4},
+			Question: "which river flows through the city where the eiffel tower stands; who directed the film that won best picture in 1998",
+			Golds:    [][]string{{"Seine", "the Seine", "River Seine"}, {"James Cameron"}}},
+	}
+	for i := range want {
+		want[i].UID = UID(want[i].DataSource, want[i].Split, want[i].SourceIndex, want[i].Question)
+	}
+	if diff := cmp.Diff(want, prompts); diff != "" {
+		t.Errorf("Import K=2 (-want +got):\n%s", diff)
+	}
+	if rep != (Report{Questions: 7, Prompts: 3, Dropped: 1}) {
+		t.Errorf("Report = %+v, want 7 questions, 3 prompts, 1 dropped", rep)
+	}
+
+	// The rows are valid prompts shard rows.
+	path := filepath.Join(t.TempDir(), format.ShardName(0))
+	w, err := format.Create[format.Prompt](path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(prompts...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := format.OpenFile[format.Prompt](path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := format.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(prompts, back); diff != "" {
+		t.Errorf("prompts shard round trip (-want +got):\n%s", diff)
+	}
+}
+
+func TestUID(t *testing.T) {
+	base := UID("nq", "train", []int64{1, 2}, "a; b")
+	tests := []struct {
+		name string
+		got  string
+	}{
+		{"source", UID("hotpotqa", "train", []int64{1, 2}, "a; b")},
+		{"split", UID("nq", "test", []int64{1, 2}, "a; b")},
+		{"index", UID("nq", "train", []int64{2, 1}, "a; b")},
+		{"question", UID("nq", "train", []int64{1, 2}, "a; c")},
+	}
+	for _, tt := range tests {
+		if tt.got == base {
+			t.Errorf("changing the %s kept uid %s", tt.name, base)
+		}
+	}
+	if again := UID("nq", "train", []int64{1, 2}, "a; b"); again != base || len(base) != 16 {
+		t.Errorf("UID = %q then %q, want the same 16 hex digits", base, again)
+	}
+}
+
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestReadJSONL(t *testing.T) {
+	path := writeTemp(t, "dev.jsonl", `{"question": "q0", "golden_answers": ["a", " b "]}
+
+{"question": "q1", "answer": "c", "data_source": "nq", "split": "test"}
+{"question": "q2", "answers": [1989, "1989.0"]}
+`)
+	got, err := ReadJSONL(path, Config{})
+	if err != nil {
+		t.Fatalf("ReadJSONL error: %v", err)
+	}
+	want := []Question{
+		{"dev", "dev", 0, "q0", []string{"a", "b"}},
+		{"nq", "test", 1, "q1", []string{"c"}},
+		{"dev", "dev", 2, "q2", []string{"1989", "1989.0"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReadJSONL (-want +got):\n%s", diff)
+	}
+
+	gz := filepath.Join(t.TempDir(), "dev.jsonl.gz")
+	f, _ := os.Create(gz)
+	zw := gzip.NewWriter(f)
+	zw.Write([]byte(`{"question": "q0", "answer": "a"}` + "\n"))
+	zw.Close()
+	f.Close()
+	got, err = Read(gz, Config{})
+	if err != nil || len(got) != 1 || got[0].Golds[0] != "a" {
+		t.Errorf("Read(%s) = %v, %v, want one question", gz, got, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	notParquet := writeTemp(t, "x.parquet", "PAR1 this is not parquet")
+	tests := []struct {
+		name string
+		path string
+		want string
+	}{
+		{"bad json", writeTemp(t, "a.jsonl", `{"question": "q", "answer": "a"}`+"\n{oops\n"), "line 2"},
+		{"no question", writeTemp(t, "b.jsonl", `{"answer": "a"}`), `line 1: no "question" field`},
+		{"no answer", writeTemp(t, "c.jsonl", `{"question": "q"}`), "line 1: no gold answer"},
+		{"empty answers", writeTemp(t, "d.jsonl", `{"question": "q", "golden_answers": ["", " "]}`), "line 1: no gold answer"},
+		{"object answer", writeTemp(t, "e.jsonl", `{"question": "q", "answer": {"x": 1}}`), "line 1: answers"},
+		{"empty question", writeTemp(t, "f.jsonl", `{"question": " ", "answer": "a"}`), "line 1: empty question"},
+		{"unknown type", writeTemp(t, "g.csv", "q,a\n"), "unknown file type"},
+		{"not parquet", notParquet, "truncated or not Parquet"},
+		{"missing file", filepath.Join(t.TempDir(), "none.jsonl"), "no such file"},
+		{"wrong parquet", filepath.Join("..", "..", "format", "testdata", "metrics.parquet"), `no "question" or "prompt" column`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Read(tt.path, Config{})
+			if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Read(%s) error = %v, want one naming the file and %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTruncatedParquet(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "search_r1.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 8, len(b) / 2, len(b) - 1} {
+		path := writeTemp(t, "cut.parquet", string(b[:n]))
+		if _, err := ReadParquet(path, Config{}); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), path) {
+			t.Errorf("ReadParquet(%d of %d bytes) error = %v, want ErrInput naming the file", n, len(b), err)
+		}
+	}
+}
+
+func TestImportDuplicateFile(t *testing.T) {
+	p := filepath.Join("testdata", "verl_plain.parquet")
+	_, _, err := Import([]string{p, p}, Config{K: 1})
+	if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "same uid") {
+		t.Errorf("Import(same file twice) error = %v, want a duplicate uid ErrInput", err)
+	}
+}
+
+func TestComposeK(t *testing.T) {
+	if _, _, err := Compose(nil, 0); !errors.Is(err, ErrInput) {
+		t.Errorf("Compose(k=0) error = %v, want ErrInput", err)
+	}
+	qs := []Question{
+		{"a", "train", 0, "q0", []string{"x"}},
+		{"a", "test", 1, "q1", []string{"y"}},
+		{"a", "train", 2, "q2", []string{"z"}},
+	}
+	got, dropped, err := Compose(qs, 2)
+	if err != nil || len(got) != 1 || dropped != 1 || got[0].Question != "q0; q2" {
+		t.Errorf("Compose = %+v, %d, %v, want one train prompt \"q0; q2\" and the test question dropped", got, dropped, err)
+	}
+}
