@@ -32,6 +32,9 @@ func (r *runner) compute(ctx context.Context, res *Result, fn WorkFunc) (*Result
 	}
 	r.trace(StepCommit, -1)
 	m := r.manifest(res.Key, recs, start)
+	if err := r.summarize(tmp, m); err != nil {
+		return nil, fmt.Errorf("stage %s: commit %s: summary: %w", r.spec.Stage, res.Dir, err)
+	}
 	if err := r.writeMetrics(tmp, recs, m); err != nil {
 		return nil, fmt.Errorf("stage %s: commit %s: %w", r.spec.Stage, res.Dir, diskFull(err, tmp))
 	}
@@ -157,6 +160,26 @@ func (r *runner) manifest(key Key, recs []record, start time.Time) *format.Manif
 	}
 	r.measure(m, recs, start)
 	return m
+}
+
+// summarize adds the stage's own figures, computed from the finished shards in dir, to
+// the manifest's metrics. They come from the output, not from the run, so a resumed run
+// reports the same figures as an uninterrupted one.
+func (r *runner) summarize(dir string, m *format.Manifest) error {
+	if r.spec.Summarize == nil {
+		return nil
+	}
+	sum, err := r.spec.Summarize(dir, m.Outputs)
+	if err != nil {
+		return err
+	}
+	for k, v := range sum {
+		if _, taken := m.Metrics[k]; taken {
+			return fmt.Errorf("metric %q is the runtime's own: %w", k, ErrSpec)
+		}
+		m.Metrics[k] = v
+	}
+	return nil
 }
 
 func (r *runner) writeManifest(dir string, m *format.Manifest) error {

@@ -70,6 +70,10 @@ type Spec struct {
 	KeyDebug      io.Writer        // when set, receives the cache key's preimage (MEMPO_DEBUG=keyhash)
 	Now           func() time.Time // clock; nil is time.Now
 	Host          string           // host name for locks and the manifest; "" is os.Hostname
+	// Summarize, when set, computes the stage's summary figures (e.g. advantage
+	// statistics) from the finished shards in dir before the manifest is written; they
+	// join the manifest's metrics. Merged parts are not summarized.
+	Summarize func(dir string, outputs []format.Output) (map[string]float64, error)
 	// Trace, when set, is called at each step of a run. Tests use it to kill the process
 	// at exact points; it must not modify the output.
 	Trace func(step Step, shard int)

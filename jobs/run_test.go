@@ -391,3 +391,40 @@ func TestRunTakesOverStaleLock(t *testing.T) {
 		t.Errorf("lock not released after the run")
 	}
 }
+
+func TestRunSummarize(t *testing.T) {
+	dir := t.TempDir()
+	spec := testSpec(filepath.Join(dir, "out"))
+	var saw []format.Output
+	spec.Summarize = func(tmp string, outs []format.Output) (map[string]float64, error) {
+		saw = outs
+		for _, o := range outs {
+			if _, err := os.Stat(filepath.Join(tmp, o.File)); err != nil {
+				return nil, err
+			}
+		}
+		return map[string]float64{"adv_mean": 0.25}, nil
+	}
+	res, err := Run(context.Background(), spec, testWork(7, counter{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Manifest.Metrics["adv_mean"]; got != 0.25 || len(saw) != spec.Shards {
+		t.Errorf("manifest metric adv_mean = %v after summarizing %d shards, want 0.25 over %d", got, len(saw), spec.Shards)
+	}
+	m, err := format.ReadManifest(res.Dir)
+	if err != nil || m.Metrics["adv_mean"] != 0.25 {
+		t.Errorf("committed manifest adv_mean = %v (%v), want 0.25", m.Metrics["adv_mean"], err)
+	}
+
+	spec = testSpec(filepath.Join(dir, "clash"))
+	spec.Summarize = func(string, []format.Output) (map[string]float64, error) {
+		return map[string]float64{"rows": 1}, nil
+	}
+	if _, err := Run(context.Background(), spec, testWork(7, counter{})); !errors.Is(err, ErrSpec) {
+		t.Errorf("Run with a summary metric named rows = %v, want ErrSpec", err)
+	}
+	if _, err := format.ReadManifest(filepath.Join(dir, "clash")); err == nil {
+		t.Error("a failed summary published the output")
+	}
+}

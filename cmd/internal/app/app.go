@@ -24,6 +24,15 @@ import (
 // value, an unknown config key. Main exits 2 for it.
 var ErrUsage = errors.New("usage error")
 
+// Usage marks err, a bad flag value a stage found while resolving its config, as a
+// usage error (exit 2).
+func Usage(err error) error {
+	if err == nil || errors.Is(err, ErrUsage) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, ErrUsage)
+}
+
 // Exit statuses.
 const (
 	ExitOK      = 0
@@ -33,7 +42,7 @@ const (
 
 // New returns a binary's app with flags and action, prepared as Prepare describes.
 func New(name, usage string, flags []cli.Flag, action cli.ActionFunc) *cli.App {
-	a := &cli.App{Name: name, Usage: usage, Flags: flags, Action: action}
+	a := &cli.App{Name: name, Usage: usage, Flags: flags, Action: action, HideHelpCommand: true}
 	Prepare(a)
 	return a
 }
