@@ -1,0 +1,44 @@
+package jobs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestDirDigest(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("config.json", "{}")
+	write("model.safetensors", "weights")
+	base, err := DirDigest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(".lock", "pid 1")
+	write(".tmp/x", "scratch")
+	if got, err := DirDigest(dir); err != nil || got != base {
+		t.Errorf("DirDigest after adding dot files = %s, %v; want unchanged %s", got, err, base)
+	}
+	write("model.safetensors", "weights2")
+	if got, _ := DirDigest(dir); got == base {
+		t.Error("DirDigest did not change when a file's bytes changed")
+	}
+	write("model.safetensors", "weights")
+	write("sub/tokenizer.json", "{}")
+	if got, _ := DirDigest(dir); got == base {
+		t.Error("DirDigest did not change when a file was added")
+	}
+	if _, err := DirDigest(t.TempDir()); err == nil {
+		t.Error("DirDigest of an empty dir = nil error, want error")
+	}
+}
