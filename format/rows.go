@@ -41,15 +41,18 @@ type Rollout struct {
 	SamplingLogprobs []float32 `arrow:"sampling_logprobs"` // one per response token
 	// MemStart and MemEnd are the [start, end) token span of <mem>…</mem> in
 	// ResponseIDs, tags included; MemStart == MemEnd means the turn wrote no memory.
-	MemStart     int32  `arrow:"mem_start"`
-	MemEnd       int32  `arrow:"mem_end"`
-	Response     string `arrow:"response"` // decoded ResponseIDs, for auditing
-	Memory       string `arrow:"memory"`   // text inside <mem>, "" when none
-	Action       string `arrow:"action"`   // "search", "answer" or "invalid"
-	Query        string `arrow:"query"`    // search query or answer text
-	Observation  string `arrow:"observation"`
-	Finish       string `arrow:"finish"` // "stop", "length" or "max_turns"
-	PolicyDigest string `arrow:"policy_digest"`
+	MemStart    int32  `arrow:"mem_start"`
+	MemEnd      int32  `arrow:"mem_end"`
+	Response    string `arrow:"response"` // decoded ResponseIDs, for auditing
+	Memory      string `arrow:"memory"`   // text inside <mem>, "" when none
+	Action      string `arrow:"action"`   // "search", "answer" or "invalid"
+	Query       string `arrow:"query"`    // search query or answer text
+	Observation string `arrow:"observation"`
+	// ObservationIDs is Observation as encoded once at rollout time, exactly as later
+	// contexts include it; the memory pass stitches the un-pruned history from these.
+	ObservationIDs []int32 `arrow:"observation_ids"`
+	Finish         string  `arrow:"finish"` // "stop", "length" or "max_turns"
+	PolicyDigest   string  `arrow:"policy_digest"`
 }
 
 // Score is the outcome of one trajectory (prompt, sample).

@@ -5,7 +5,9 @@ import (
 	"testing"
 )
 
-func roll(uid string, sample, turn int32) Rollout { return Rollout{UID: uid, Sample: sample, Turn: turn} }
+func roll(uid string, sample, turn int32) Rollout {
+	return Rollout{UID: uid, Sample: sample, Turn: turn}
+}
 
 func TestTrajectories(t *testing.T) {
 	rows := []Rollout{roll("a", 0, 0), roll("a", 0, 1), roll("a", 1, 0), roll("b", 0, 0), roll("b", 0, 1), roll("b", 0, 2)}

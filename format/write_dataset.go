@@ -16,18 +16,11 @@ func WriteDataset[R Row](dir, stage string, shards [][]R) (*Dataset, error) {
 	l := layoutFor[R]()
 	m := &Manifest{Kind: l.kind, SchemaVersion: l.version, Stage: stage}
 	for i, rows := range shards {
-		w, err := Create[R](filepath.Join(dir, ShardName(i)))
+		out, err := WriteFile(filepath.Join(dir, ShardName(i)), rows)
 		if err != nil {
 			return nil, err
 		}
-		if err := w.Write(rows...); err != nil {
-			w.Abort()
-			return nil, err
-		}
-		if _, err := w.Close(); err != nil {
-			return nil, err
-		}
-		m.Outputs = append(m.Outputs, w.Output())
+		m.Outputs = append(m.Outputs, out)
 	}
 	if err := WriteManifest(dir, m); err != nil {
 		return nil, err

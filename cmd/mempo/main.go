@@ -16,6 +16,8 @@ func main() {
 		Name:  "mempo",
 		Usage: "tools for MemPO training pipelines (the stages are the mempo-* binaries)",
 		Commands: []*cli.Command{
+			genTaskCommand,
+			importCommand,
 			indexCommand,
 			inspectCommand,
 			serveRetrieverCommand,

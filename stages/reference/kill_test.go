@@ -148,6 +148,9 @@ func TestKillAndResume(t *testing.T) {
 			if diff := cmp.Diff(want, m.Outputs); diff != "" {
 				t.Errorf("outputs after kill at %s and rerun differ from a clean run (-want +got):\n%s", tt.kill, diff)
 			}
+			if got := readPrompts(t, out); len(got) != killCfg.Rows {
+				t.Errorf("after kill at %s and rerun: %d prompts read back, want %d", tt.kill, len(got), killCfg.Rows)
+			}
 			if _, stdout := runChild(t, childArgs{Out: out, Seed: 1}); !strings.Contains(stdout, "cache hit") {
 				t.Errorf("third run: %q, want a cache hit", stdout)
 			}

@@ -1,6 +1,6 @@
 // Package reference is a small tensor-free stage that exercises the stage runtime end
-// to end: it turns questions (from a JSONL file, or generated from the seed) into rows
-// of pseudo-random token ids, one shard per contiguous group of rows. Tests kill it at
+// to end: it turns questions (from a JSONL file, or generated) into a prompts dataset
+// of real Parquet shards, one shard per contiguous group of rows. Tests kill it at
 // chosen points and check that reruns resume to the same digests.
 package reference
 
@@ -13,18 +13,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 )
 
-// Kind is the reference stage's output kind; no other stage reads it.
-const Kind format.Kind = "reference"
-
-// SchemaVersion is the version of the row layout below.
-const SchemaVersion = 1
+// DataSource and Split label every row the reference stage writes.
+const (
+	DataSource = "reference"
+	Split      = "train"
+)
 
 // ErrConfig marks an invalid Config or input file.
 var ErrConfig = errors.New("invalid reference config")
@@ -35,21 +34,15 @@ type Config struct {
 	Rows int `json:"rows"`
 	// Shards is the size of the shard plan: rows are split into this many contiguous groups.
 	Shards int `json:"shards"`
-	// Width is the number of token ids per row.
-	Width int `json:"width"`
+	// Width is the tokens per row reported to the progress display and tokens/s. It
+	// does not change the output bytes, so it stays out of the JSON, the key and the
+	// manifest.
+	Width int `json:"-"`
 	// Input is a JSONL file of {"question": "..."} objects; empty generates Rows questions.
 	Input string `json:"input,omitempty"`
-	// Batch is the rows written between flushes and progress reports. It does not
-	// change the output bytes, so it stays out of the JSON, the cache key and the manifest.
+	// Batch is the rows per Writer.Write and progress report. It does not change
+	// the output bytes, so it stays out of the JSON, the cache key and the manifest.
 	Batch int `json:"-"`
-}
-
-// Row is one output row, written as one JSON line.
-type Row struct {
-	UID      string  `json:"uid"`
-	Index    int     `json:"index"`
-	Question string  `json:"question"`
-	Tokens   []int32 `json:"tokens"`
 }
 
 // Run computes the reference stage into spec.Out under the stage runtime. The caller
@@ -72,7 +65,7 @@ func Run(ctx context.Context, cfg Config, spec jobs.Spec) (*jobs.Result, error) 
 		spec.Inputs = []format.Input{in}
 		cfg.Rows = 0 // not used: keep it out of the key
 	}
-	spec.Stage, spec.Kind, spec.SchemaVersion = "reference", Kind, SchemaVersion
+	spec.Stage, spec.Kind, spec.SchemaVersion = "reference", format.KindPrompts, format.PromptsVersion
 	spec.Config, spec.Shards = cfg, cfg.Shards
 	seed := spec.Seed
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
@@ -113,55 +106,49 @@ func load(cfg Config) ([]string, error) {
 	return q, nil
 }
 
-// writeShard writes rows [lo, hi) as JSON lines. Each row's tokens come from a PRNG
-// seeded by (seed, row index) alone, so a row's bytes never depend on which shard,
+// writeShard writes prompts [lo, hi) as one Parquet shard, Batch rows per Write, and
+// reports each batch once it is handed to the writer. The writer holds a row group in
+// memory until Close, so a report does not mean the rows are on disk; a run killed
+// mid-shard leaves a partial file that jobs removes before the shard is recomputed.
+// Each row depends on (seed, index) alone, so its bytes never depend on which shard,
 // part or process writes it.
-//
-// TODO(#3): write Parquet through format's shard writer once it lands; the runtime is
-// agnostic to the bytes, so only this function changes.
 func writeShard(ctx context.Context, w *jobs.Work, cfg Config, seed int64, questions []string, lo, hi int) error {
-	f, err := os.Create(w.Path)
+	sw, err := format.Create[format.Prompt](w.Path)
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriter(f)
-	enc := json.NewEncoder(bw)
-	var pending int64
+	batch := make([]format.Prompt, 0, cfg.Batch)
 	for i := lo; i < hi; i++ {
 		if err := ctx.Err(); err != nil {
-			f.Close()
+			sw.Abort()
 			return err
 		}
-		if err := enc.Encode(row(seed, i, questions[i], cfg.Width)); err != nil {
-			f.Close()
-			return fmt.Errorf("row %d: %w", i, err)
-		}
-		if pending++; pending == int64(cfg.Batch) || i == hi-1 {
-			// Flush before reporting, so a report means the rows are in the file.
-			if err := bw.Flush(); err != nil {
-				f.Close()
+		batch = append(batch, row(seed, i, questions[i]))
+		if len(batch) == cfg.Batch || i == hi-1 {
+			if err := sw.Write(batch...); err != nil {
+				sw.Abort()
 				return fmt.Errorf("row %d: %w", i, err)
 			}
-			w.Add(pending, pending*int64(cfg.Width))
-			pending = 0
+			w.Add(int64(len(batch)), int64(len(batch)*cfg.Width))
+			batch = batch[:0]
 		}
 	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = sw.Close()
+	return err
 }
 
-func row(seed int64, index int, question string, width int) Row {
+// row is question index of the plan as a one-objective prompt. Its uid hashes the seed
+// with the index, so two seeds give two different datasets.
+func row(seed int64, index int, question string) format.Prompt {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], uint64(seed))
 	binary.LittleEndian.PutUint64(b[8:], uint64(index))
 	sum := sha256.Sum256(b[:])
-	rng := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])))
-	tokens := make([]int32, width)
-	for j := range tokens {
-		tokens[j] = rng.Int32N(151936) // Qwen2's vocabulary size
+	return format.Prompt{
+		UID:         hex.EncodeToString(sum[:8]),
+		DataSource:  DataSource,
+		Split:       Split,
+		SourceIndex: []int64{int64(index)},
+		Question:    question,
 	}
-	return Row{UID: hex.EncodeToString(sum[:8]), Index: index, Question: question, Tokens: tokens}
 }

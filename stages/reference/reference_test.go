@@ -3,11 +3,14 @@ package reference
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -48,11 +51,66 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestRowsDependOnIndexOnly(t *testing.T) {
-	a, b := row(1, 5, "q", 4), row(1, 5, "q", 4)
-	if a.UID != b.UID || len(a.Tokens) != 4 || a.Tokens[0] != b.Tokens[0] {
-		t.Errorf("row(1,5) = %+v and %+v, want equal", a, b)
+	a, b := row(1, 5, "q"), row(1, 5, "q")
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("row(1, 5) twice (-want +got):\n%s", diff)
 	}
-	if c := row(2, 5, "q", 4); c.UID == a.UID {
+	if c := row(2, 5, "q"); c.UID == a.UID {
 		t.Errorf("seeds 1 and 2 give the same uid %s", a.UID)
 	}
+	if c := row(1, 6, "q"); c.UID == a.UID {
+		t.Errorf("rows 5 and 6 give the same uid %s", a.UID)
+	}
+}
+
+// TestParquetPrompts reads the output back as a prompts dataset: every row once, in
+// plan order, labeled as the reference stage's.
+func TestParquetPrompts(t *testing.T) {
+	cfg := Config{Rows: 7, Shards: 3, Width: 2, Batch: 2}
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := Run(context.Background(), cfg, jobs.Spec{Out: out, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Manifest.Kind != format.KindPrompts || res.Manifest.SchemaVersion != format.PromptsVersion {
+		t.Errorf("manifest kind %s@%d, want %s@%d", res.Manifest.Kind, res.Manifest.SchemaVersion, format.KindPrompts, format.PromptsVersion)
+	}
+	// Width is reported, not written: 7 rows of 2 tokens.
+	if got, want := res.Manifest.Metrics["tokens"], 14.0; got != want {
+		t.Errorf("manifest metrics tokens = %v, want %v", got, want)
+	}
+	got := readPrompts(t, out)
+	var want []format.Prompt
+	for i := range 7 {
+		want = append(want, row(3, i, fmt.Sprintf("question %d", i)))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rows read back (-want +got):\n%s", diff)
+	}
+	var perShard []int64
+	for _, o := range res.Manifest.Outputs {
+		perShard = append(perShard, o.Rows)
+	}
+	if diff := cmp.Diff([]int64{2, 2, 3}, perShard); diff != "" {
+		t.Errorf("rows per shard (-want +got):\n%s", diff)
+	}
+}
+
+// readPrompts opens dir as a committed prompts dataset and reads every row, checking
+// each shard against the manifest.
+func readPrompts(t *testing.T, dir string) []format.Prompt {
+	t.Helper()
+	ds, err := format.OpenDataset(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := format.OpenShards[format.Prompt](ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := format.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	return rows
 }

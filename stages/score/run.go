@@ -93,19 +93,11 @@ func scoreShard(cfg Config, rolls *format.Dataset, w *jobs.Work, golds map[strin
 	slices.SortFunc(out, func(a, b format.Score) int {
 		return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Sample, b.Sample))
 	})
-	f, err := format.Create[format.Score](w.Path)
+	written, err := format.WriteFile(w.Path, out)
 	if err != nil {
 		return err
 	}
-	if err := f.Write(out...); err != nil {
-		f.Abort()
-		return err
-	}
-	n, err := f.Close()
-	if err != nil {
-		return err
-	}
-	w.Add(n, tokens)
+	w.Add(written.Rows, tokens)
 	return nil
 }
 
