@@ -1,0 +1,251 @@
+package advantage
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+)
+
+// Inputs are the datasets the advantage stage reads. All three share the rollouts'
+// shard plan: shard i of scores and logprobs covers the trajectories of rollouts shard i.
+type Inputs struct {
+	Rollouts string
+	Scores   string
+	Logprobs string
+}
+
+// Run computes the advantages dataset, one shard per rollouts shard, rows sorted by
+// (uid, sample, turn), with the summary statistics in the manifest's metrics. It is
+// cheap arithmetic over cached datasets, so a new --mem-coef or baseline re-runs only this.
+func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ds, inputs, err := openInputs(in)
+	if err != nil {
+		return nil, err
+	}
+	spec.Stage, spec.Kind, spec.SchemaVersion = "advantage", format.KindAdvantages, format.AdvantagesVersion
+	spec.Config, spec.Shards, spec.Inputs = cfg, ds.rollouts.Len(), inputs
+	spec.Summarize = summarize
+	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
+		return computeShard(cfg, ds, w)
+	})
+}
+
+type datasets struct{ rollouts, scores, logprobs *format.Dataset }
+
+// openInputs opens the three datasets and checks they belong together: scores and
+// logprobs must have been computed from this very rollouts dataset (their manifests name
+// its digest) and follow its shard plan.
+func openInputs(in Inputs) (datasets, []format.Input, error) {
+	var ds datasets
+	var inputs []format.Input
+	for _, x := range []struct {
+		name string
+		dir  string
+		d    **format.Dataset
+	}{{"rollouts", in.Rollouts, &ds.rollouts}, {"scores", in.Scores, &ds.scores}, {"logprobs", in.Logprobs, &ds.logprobs}} {
+		d, err := format.OpenDataset(x.dir)
+		if err != nil {
+			return ds, nil, fmt.Errorf("advantage: %s: %w", x.name, err)
+		}
+		*x.d = d
+		inputs = append(inputs, format.Input{Name: x.name, Path: x.dir, Digest: "dataset:" + d.Manifest.Digest()})
+	}
+	want := inputs[0].Digest
+	for _, d := range []*format.Dataset{ds.scores, ds.logprobs} {
+		if got := inputDigest(d.Manifest, "rollouts"); got != "" && got != want {
+			return ds, nil, fmt.Errorf("advantage: %s was computed from rollouts %s, not from %s (%s): rerun it on these rollouts: %w",
+				d.Dir, got, in.Rollouts, want, ErrInput)
+		}
+		if d.Len() != ds.rollouts.Len() {
+			return ds, nil, fmt.Errorf("advantage: %s has %d shards, rollouts %s has %d: want the rollouts' shard plan: %w",
+				d.Dir, d.Len(), in.Rollouts, ds.rollouts.Len(), ErrInput)
+		}
+	}
+	return ds, inputs, nil
+}
+
+func inputDigest(m *format.Manifest, name string) string {
+	for _, in := range m.Inputs {
+		if in.Name == name {
+			return in.Digest
+		}
+	}
+	return ""
+}
+
+func readShard[R format.Row](d *format.Dataset, i int) ([]R, error) {
+	r, err := format.OpenShard[R](d, i)
+	if err != nil {
+		return nil, err
+	}
+	return format.ReadAll(r)
+}
+
+func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
+	rolls, err := readShard[format.Rollout](ds.rollouts, w.Shard)
+	if err != nil {
+		return err
+	}
+	scoreRows, err := readShard[format.Score](ds.scores, w.Shard)
+	if err != nil {
+		return err
+	}
+	lps, err := readShard[format.Logprob](ds.logprobs, w.Shard)
+	if err != nil {
+		return err
+	}
+	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard))
+	if err != nil {
+		return err
+	}
+	scores := make([]Score, len(scoreRows))
+	for i, s := range scoreRows {
+		scores[i] = Score{UID: s.UID, Sample: int(s.Sample), Reward: float64(s.Reward)}
+	}
+	rows, _, err := Compute(cfg, scores, turns)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ds.rollouts.Path(w.Shard), err)
+	}
+	reward := make(map[sampleKey]float32, len(scores))
+	for _, s := range scoreRows {
+		reward[sampleKey{s.UID, int(s.Sample)}] = s.Reward
+	}
+	out := make([]format.Advantage, len(rows))
+	var tokens int64
+	for i, r := range rows {
+		out[i] = format.Advantage{UID: r.UID, Sample: int32(r.Sample), Turn: int32(r.Turn),
+			Reward: reward[sampleKey{r.UID, r.Sample}], AdvOutcome: float32(r.AdvOutcome), Advantages: r.Advantages}
+		if r.HasMem {
+			mr, am := float32(r.MemReward), float32(r.AdvMemory)
+			out[i].MemReward, out[i].AdvMemory = &mr, &am
+		}
+		tokens += int64(len(r.Advantages))
+	}
+	slices.SortFunc(out, func(a, b format.Advantage) int {
+		return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Sample, b.Sample), cmp.Compare(a.Turn, b.Turn))
+	})
+	written, err := format.WriteFile(w.Path, out)
+	if err != nil {
+		return err
+	}
+	w.Add(written.Rows, tokens)
+	return nil
+}
+
+// joinTurns pairs each rollout turn with its log-prob row; both shards list the same
+// (uid, sample, turn) keys in the same sorted order.
+func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string) ([]Turn, error) {
+	if len(rolls) != len(lps) {
+		return nil, fmt.Errorf("%s: %d rows for %d rollout turns: %w", lpPath, len(lps), len(rolls), ErrInput)
+	}
+	turns := make([]Turn, len(rolls))
+	for i, r := range rolls {
+		l := lps[i]
+		if l.UID != r.UID || l.Sample != r.Sample || l.Turn != r.Turn {
+			return nil, fmt.Errorf("%s: row %d is uid %s sample %d turn %d, rollouts have uid %s sample %d turn %d: %w",
+				lpPath, i, l.UID, l.Sample, l.Turn, r.UID, r.Sample, r.Turn, ErrInput)
+		}
+		t := Turn{UID: r.UID, Sample: int(r.Sample), Turn: int(r.Turn), ResponseLen: len(r.ResponseIDs)}
+		if r.MemEnd != r.MemStart {
+			if l.PMem == nil || l.PFull == nil {
+				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no p_mem/p_full: %w",
+					lpPath, i, r.UID, r.Sample, r.Turn, ErrInput)
+			}
+			t.Mem = &Span{Start: int(r.MemStart), End: int(r.MemEnd)}
+			t.PMem, t.PFull = float64(*l.PMem), float64(*l.PFull)
+		}
+		turns[i] = t
+	}
+	return turns, nil
+}
+
+// summarize reads the finished advantages back and reports the distribution of each
+// component, streaming, so the figures do not depend on which run computed which shard.
+func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
+	var outcome, memReward, memAdv, token moments
+	groups, flat := 0, 0
+	for _, o := range outputs {
+		r, err := format.OpenFile[format.Advantage](filepath.Join(dir, o.File))
+		if err != nil {
+			return nil, err
+		}
+		var uid string
+		var first float32
+		same := true
+		for r.Next() {
+			a := r.Row()
+			if a.UID != uid {
+				if uid != "" && same {
+					flat++
+				}
+				uid, first, same = a.UID, a.Reward, true
+				groups++
+			}
+			same = same && a.Reward == first
+			if a.Turn == 0 {
+				outcome.add(float64(a.AdvOutcome))
+			}
+			if a.MemReward != nil {
+				memReward.add(float64(*a.MemReward))
+				memAdv.add(float64(*a.AdvMemory))
+			}
+			for _, x := range a.Advantages {
+				token.add(float64(x))
+			}
+		}
+		if uid != "" && same {
+			flat++
+		}
+		if err := r.Close(); err != nil {
+			return nil, err
+		}
+		if err := r.Err(); err != nil {
+			return nil, err
+		}
+	}
+	m := map[string]float64{"groups": float64(groups), "memories": float64(memReward.n)}
+	if groups > 0 {
+		m["zero_spread_group_frac"] = float64(flat) / float64(groups)
+	}
+	for name, x := range map[string]moments{"adv_outcome": outcome, "mem_reward": memReward, "adv_memory": memAdv, "advantages": token} {
+		x.put(m, name)
+	}
+	return m, nil
+}
+
+// moments accumulates count, mean (Welford), population std, min and max in input order.
+type moments struct {
+	n        int
+	mean, m2 float64
+	lo, hi   float64
+}
+
+func (s *moments) add(x float64) {
+	s.n++
+	if s.n == 1 {
+		s.lo, s.hi = x, x
+	}
+	s.lo, s.hi = min(s.lo, x), max(s.hi, x)
+	d := x - s.mean
+	s.mean += d / float64(s.n)
+	s.m2 += d * (x - s.mean)
+}
+
+func (s moments) put(m map[string]float64, name string) {
+	if s.n == 0 {
+		return
+	}
+	m[name+"_mean"] = s.mean
+	m[name+"_std"] = math.Sqrt(s.m2 / float64(s.n))
+	m[name+"_min"] = s.lo
+	m[name+"_max"] = s.hi
+}

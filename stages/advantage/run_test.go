@@ -1,0 +1,139 @@
+package advantage
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+)
+
+func f32(v float32) *float32 { return &v }
+
+// stageFixture writes one question with two samples: sample 0 (reward 1) has two turns,
+// the first with a memory at tokens [0,2) of 4; sample 1 (reward 0) has one turn with a
+// memory at [0,1) of 3.
+func stageFixture(t *testing.T, dir string) Inputs {
+	t.Helper()
+	rolls := []format.Rollout{
+		{UID: "q", Sample: 0, Turn: 0, ResponseIDs: make([]int32, 4), MemStart: 0, MemEnd: 2},
+		{UID: "q", Sample: 0, Turn: 1, ResponseIDs: make([]int32, 2)},
+		{UID: "q", Sample: 1, Turn: 0, ResponseIDs: make([]int32, 3), MemStart: 0, MemEnd: 1},
+	}
+	scores := []format.Score{{UID: "q", Sample: 0, Reward: 1}, {UID: "q", Sample: 1, Reward: 0}}
+	lps := []format.Logprob{
+		{UID: "q", Sample: 0, Turn: 0, PMem: f32(0.75), PFull: f32(0.25)},
+		{UID: "q", Sample: 0, Turn: 1},
+		{UID: "q", Sample: 1, Turn: 0, PMem: f32(0.25), PFull: f32(0.5)},
+	}
+	in := Inputs{Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores"), Logprobs: filepath.Join(dir, "logprobs")}
+	if _, err := format.WriteDataset(in.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := format.WriteDataset(in.Scores, "test", [][]format.Score{scores}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := format.WriteDataset(in.Logprobs, "test", [][]format.Logprob{lps}); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func readAdvantages(t *testing.T, dir string) []format.Advantage {
+	t.Helper()
+	d, err := format.OpenDataset(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := format.OpenShards[format.Advantage](d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := format.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func TestRunStage(t *testing.T) {
+	dir := t.TempDir()
+	in := stageFixture(t, dir)
+	out := filepath.Join(dir, "adv")
+	res, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readAdvantages(t, out)
+	if len(rows) != 3 {
+		t.Fatalf("got %d rows, want 3", len(rows))
+	}
+	// Outcome: rewards {1, 0}: mean 0.5, unbiased std sqrt(0.5); A = ±0.5/(0.7071068+1e-6).
+	aT := 0.5 / (math.Sqrt(0.5) + Epsilon)
+	// Memory rewards (baseline full): 0.5 and -0.25 pooled: mean 0.125, std sqrt(0.28125).
+	aM := 0.375 / (math.Sqrt(0.28125) + Epsilon)
+	want := [][]float64{
+		{aT + aM, aT + aM, aT, aT},
+		{aT, aT},
+		{-aT - aM, -aT, -aT},
+	}
+	for i, r := range rows {
+		if len(r.Advantages) != len(want[i]) {
+			t.Fatalf("row %d: %d advantages, want %d", i, len(r.Advantages), len(want[i]))
+		}
+		for j, a := range r.Advantages {
+			if math.Abs(float64(a)-want[i][j]) > 1e-6 {
+				t.Errorf("row %d token %d: advantage %v, want %v", i, j, a, want[i][j])
+			}
+		}
+	}
+	if rows[1].MemReward != nil || rows[0].MemReward == nil || *rows[0].MemReward != 0.5 {
+		t.Errorf("mem_reward = %v, %v; want 0.5 for the memory turn and null for the turn without one", rows[0].MemReward, rows[1].MemReward)
+	}
+	if got := res.Manifest.Metrics["memories"]; got != 2 {
+		t.Errorf("manifest memories = %v, want 2", got)
+	}
+	if got := res.Manifest.Metrics["adv_outcome_mean"]; math.Abs(got) > 1e-9 {
+		t.Errorf("manifest adv_outcome_mean = %v, want 0", got)
+	}
+
+	if again, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out}); err != nil || !again.Hit {
+		t.Errorf("second Run: hit %v, %v; want a cache hit", again != nil && again.Hit, err)
+	}
+	grpo := DefaultConfig()
+	grpo.MemCoef = 0
+	if _, err := Run(context.Background(), grpo, in, jobs.Spec{Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range readAdvantages(t, out) {
+		for j, a := range r.Advantages {
+			if w := math.Copysign(aT, want[i][j]); math.Abs(float64(a)-w) > 1e-6 {
+				t.Errorf("--mem-coef 0: row %d token %d: %v, want plain GRPO %v", i, j, a, w)
+			}
+		}
+	}
+}
+
+func TestRunStageRejectsForeignInputs(t *testing.T) {
+	dir := t.TempDir()
+	in := stageFixture(t, dir)
+	// A logprobs dataset whose manifest says it came from other rollouts.
+	m, err := format.ReadManifest(in.Logprobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Inputs = []format.Input{{Name: "rollouts", Path: "elsewhere", Digest: "dataset:0000"}}
+	if err := format.WriteManifest(in.Logprobs, m); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: filepath.Join(dir, "adv")})
+	if !errors.Is(err, ErrInput) {
+		t.Fatalf("Run with logprobs of other rollouts = %v, want ErrInput", err)
+	}
+	if _, err := format.OpenDataset(filepath.Join(dir, "adv")); !errors.Is(err, format.ErrNotDataset) {
+		t.Errorf("OpenDataset after a rejected run = %v, want ErrNotDataset", err)
+	}
+}
