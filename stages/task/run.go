@@ -226,3 +226,23 @@ func writeIfChanged(path string, data []byte) error {
 	}
 	return format.WriteFileAtomic(path, data)
 }
+
+// Load regenerates the world of the task directory dir from its task.json, for the
+// stages that need more than the prompts datasets hold: the oracle (SFT) and the facts
+// behind each question (evaluation of forgetting).
+func Load(dir string) (*World, *Summary, error) {
+	path := filepath.Join(dir, SummaryFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("task %s: %w (generate it with mempo gen-task)", dir, err)
+	}
+	var s Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, nil, fmt.Errorf("task %s: %v: %w", path, err, ErrConfig)
+	}
+	w, err := Generate(s.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("task %s: %w", path, err)
+	}
+	return w, &s, nil
+}

@@ -239,3 +239,24 @@ func TestRunErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestLoad(t *testing.T) {
+	cfg := tinyConfig(3)
+	dir := filepath.Join(t.TempDir(), "task")
+	runTask(t, cfg, dir)
+	w, s, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Generate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.Seed != cfg.Seed || len(w.Train) != len(want.Train) || w.Train[0].UID != want.Train[0].UID {
+		t.Errorf("Load regenerated seed %d with %d train prompts (first %s), want seed %d, %d (first %s)",
+			s.Config.Seed, len(w.Train), w.Train[0].UID, cfg.Seed, len(want.Train), want.Train[0].UID)
+	}
+	if _, _, err := Load(t.TempDir()); err == nil {
+		t.Error("Load of a directory without task.json = nil error")
+	}
+}
