@@ -122,3 +122,18 @@ func OpenShard[R Row](d *Dataset, i int, opts ...Option) (*Reader[R], error) {
 	}
 	return newReader[R]([]source{{path: d.Path(i), want: &d.Manifest.Outputs[i]}}, opts)
 }
+
+// ReadDataset reads every row of the dataset in dir, each shard checked against the
+// manifest. It holds the whole dataset in memory: for tools, tests and small datasets;
+// stages stream shard by shard.
+func ReadDataset[R Row](dir string, opts ...Option) ([]R, error) {
+	d, err := OpenDataset(dir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := OpenShards[R](d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return ReadAll(r)
+}

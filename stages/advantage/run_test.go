@@ -44,17 +44,9 @@ func stageFixture(t *testing.T, dir string) Inputs {
 
 func readAdvantages(t *testing.T, dir string) []format.Advantage {
 	t.Helper()
-	d, err := format.OpenDataset(dir)
+	rows, err := format.ReadDataset[format.Advantage](dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := format.OpenShards[format.Advantage](d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := format.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("read %s: %v", dir, err)
 	}
 	return rows
 }

@@ -23,49 +23,10 @@ type candidate struct {
 	rank, pos, left, right, id int32
 }
 
-// candidates is a binary min-heap ordered by (rank, pos), HF's order: the best-ranked
+// candidateBefore orders the merge heap by (rank, pos), HF's order: the best-ranked
 // merge first and, among equal ranks, the leftmost.
-type candidates []candidate
-
-func (h candidates) less(i, j int) bool {
-	return h[i].rank < h[j].rank || h[i].rank == h[j].rank && h[i].pos < h[j].pos
-}
-
-func (h *candidates) push(c candidate) {
-	*h = append(*h, c)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *candidates) pop() candidate {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && s.less(l, m) {
-			m = l
-		}
-		if r < n && s.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+func candidateBefore(a, b candidate) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
 }
 
 // mergeWord appends the ids of the byte-level BPE encoding of word (raw bytes, len >= 1).
@@ -77,7 +38,7 @@ func (t *Tokenizer) mergeWord(dst []int32, word string) []int32 {
 		syms[i] = symbol{id: t.byteID[word[i]], prev: int32(i - 1), next: int32(i + 1)}
 	}
 	syms[n-1].next = -1
-	h := make(candidates, 0, n)
+	h := heap[candidate]{items: make([]candidate, 0, n), before: candidateBefore}
 	try := func(pos int32) {
 		l := syms[pos]
 		if l.next < 0 {
@@ -91,7 +52,7 @@ func (t *Tokenizer) mergeWord(dst []int32, word string) []int32 {
 	for i := 0; i < n-1; i++ {
 		try(int32(i))
 	}
-	for len(h) > 0 {
+	for h.len() > 0 {
 		c := h.pop()
 		l := &syms[c.pos]
 		// Skip candidates made stale by an earlier merge: the left symbol was absorbed or

@@ -91,6 +91,7 @@ func Train(texts iter.Seq[string], cfg TrainConfig) (*Tokenizer, error) {
 		pairs:  make(map[uint64]int64),
 		where:  make(map[uint64][]int32),
 		seen:   make([]int32, len(words)),
+		heap:   heap[pairCount]{before: pairBefore},
 	}
 	for i, w := range words {
 		syms := make([]int32, len(w))
@@ -108,7 +109,7 @@ func Train(texts iter.Seq[string], cfg TrainConfig) (*Tokenizer, error) {
 
 	minFreq := max(int64(cfg.MinFrequency), 1)
 	var merges [][2]string
-	for len(tokens) < cfg.VocabSize && len(tr.heap) > 0 {
+	for len(tokens) < cfg.VocabSize && tr.heap.len() > 0 {
 		top := tr.heap.pop()
 		cur := tr.pairs[top.key]
 		if cur != top.count {
@@ -212,7 +213,7 @@ type trainer struct {
 	where  map[uint64][]int32 // pair -> words that contain or once contained it
 	seen   []int32            // word -> last merge that visited it
 	stamp  int32
-	heap   pairHeap
+	heap   heap[pairCount]
 	delta  map[uint64]int64
 }
 
@@ -293,47 +294,8 @@ type pairCount struct {
 	key   uint64
 }
 
-// pairHeap is a max-heap by count; equal counts pop the smaller (left, right) ids first,
+// pairBefore orders the pair heap as a max-heap by count; equal counts pop the smaller (left, right) ids first,
 // which is HF's tie-break and makes training deterministic.
-type pairHeap []pairCount
-
-func (h pairHeap) less(i, j int) bool {
-	return h[i].count > h[j].count || h[i].count == h[j].count && h[i].key < h[j].key
-}
-
-func (h *pairHeap) push(p pairCount) {
-	*h = append(*h, p)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		q := (i - 1) / 2
-		if !s.less(i, q) {
-			break
-		}
-		s[i], s[q] = s[q], s[i]
-		i = q
-	}
-}
-
-func (h *pairHeap) pop() pairCount {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && s.less(l, m) {
-			m = l
-		}
-		if r < n && s.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
+func pairBefore(a, b pairCount) bool {
+	return a.count > b.count || a.count == b.count && a.key < b.key
 }

@@ -55,7 +55,7 @@ func TaskFacts(w *task.World) Facts {
 // Summarize computes the Row of one Run.
 func Summarize(r Run, facts Facts) (Row, error) {
 	row := Row{Label: r.Label, K: r.K, Retention: -1}
-	scores, err := readAll[format.Score](r.Scores)
+	scores, err := format.ReadDataset[format.Score](r.Scores)
 	if err != nil {
 		return row, err
 	}
@@ -76,7 +76,7 @@ func Summarize(r Run, facts Facts) (Row, error) {
 	n := float64(row.N)
 	row.F1, row.EM, row.Success, row.TT, row.PT, row.Turns = row.F1/n, row.EM/n, row.Success/n, row.TT/n, row.PT/n, row.Turns/n
 
-	rolls, err := readAll[format.Rollout](r.Rollouts)
+	rolls, err := format.ReadDataset[format.Rollout](r.Rollouts)
 	if err != nil {
 		return row, err
 	}
@@ -120,18 +120,6 @@ func finalMemory(tr []format.Rollout) string {
 		}
 	}
 	return ""
-}
-
-func readAll[R format.Row](dir string) ([]R, error) {
-	d, err := format.OpenDataset(dir)
-	if err != nil {
-		return nil, err
-	}
-	r, err := format.OpenShards[R](d)
-	if err != nil {
-		return nil, err
-	}
-	return format.ReadAll(r)
 }
 
 func mean32(xs []float32) float64 {

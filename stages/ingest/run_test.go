@@ -16,19 +16,9 @@ import (
 
 var fixtures = []string{filepath.Join("testdata", "search_r1.parquet"), filepath.Join("testdata", "verl_plain.parquet")}
 
-// readDataset opens dir as a committed prompts dataset and reads every row, each
-// shard checked against the manifest.
 func readDataset(t *testing.T, dir string) []format.Prompt {
 	t.Helper()
-	ds, err := format.OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := format.OpenShards[format.Prompt](ds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := format.ReadAll(r)
+	rows, err := format.ReadDataset[format.Prompt](dir)
 	if err != nil {
 		t.Fatalf("read %s: %v", dir, err)
 	}

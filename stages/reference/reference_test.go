@@ -96,19 +96,9 @@ func TestParquetPrompts(t *testing.T) {
 	}
 }
 
-// readPrompts opens dir as a committed prompts dataset and reads every row, checking
-// each shard against the manifest.
 func readPrompts(t *testing.T, dir string) []format.Prompt {
 	t.Helper()
-	ds, err := format.OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := format.OpenShards[format.Prompt](ds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := format.ReadAll(r)
+	rows, err := format.ReadDataset[format.Prompt](dir)
 	if err != nil {
 		t.Fatalf("read %s: %v", dir, err)
 	}

@@ -44,15 +44,7 @@ func readFile(t *testing.T, path string) []byte {
 
 func readSet(t *testing.T, dir string) []format.Prompt {
 	t.Helper()
-	ds, err := format.OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := format.OpenShards[format.Prompt](ds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := format.ReadAll(r)
+	rows, err := format.ReadDataset[format.Prompt](dir)
 	if err != nil {
 		t.Fatalf("read %s: %v", dir, err)
 	}
