@@ -19,6 +19,7 @@ func main() {
 			genTaskCommand,
 			importCommand,
 			indexCommand,
+			initModelCommand,
 			inspectCommand,
 			serveRetrieverCommand,
 			verifyCommand,

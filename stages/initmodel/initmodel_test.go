@@ -1,0 +1,289 @@
+package initmodel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/stages/protocol"
+	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/task"
+)
+
+// smallWorld is a small synthetic world: 24 people, 20 other entities, 12 questions.
+func smallWorld(t *testing.T) *task.World {
+	t.Helper()
+	cfg := task.DefaultConfig()
+	cfg.People, cfg.Cities, cfg.Companies, cfg.Countries = 24, 8, 8, 4
+	cfg.Train, cfg.Test, cfg.TestK = 12, 2, []int{2}
+	w, err := task.Generate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// smallCorpus writes the corpus of smallWorld and returns its path.
+func smallCorpus(t *testing.T) string {
+	t.Helper()
+	w := smallWorld(t)
+	var buf bytes.Buffer
+	if err := task.WriteJSONL(&buf, w.Docs()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "corpus.jsonl")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.VocabSize = 700
+	return cfg
+}
+
+// readDir returns every file of dir by name.
+func readDir(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	return files
+}
+
+func TestRunDeterministicCheckpoint(t *testing.T) {
+	corpus := smallCorpus(t)
+	root := t.TempDir()
+	var runs []map[string][]byte
+	for _, name := range []string{"a", "b"} {
+		res, err := Run(context.Background(), testConfig(), Inputs{Corpus: []string{corpus}}, filepath.Join(root, name), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Hit {
+			t.Fatalf("Run into a fresh %s = cache hit, want a build", name)
+		}
+		runs = append(runs, readDir(t, res.Dir))
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range runs[0] {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	want := []string{"config.json", "generation_config.json", "init.json", "model.safetensors", "tokenizer.json"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("checkpoint files = %q, want %q", names, want)
+	}
+	for _, n := range names {
+		if !bytes.Equal(runs[0][n], runs[1][n]) {
+			t.Errorf("%s differs between two runs with the same inputs", n)
+		}
+	}
+	entries, _ := os.ReadDir(root)
+	if len(entries) != 2 {
+		t.Errorf("after two runs %s holds %d entries, want only a and b (no temp dirs left)", root, len(entries))
+	}
+
+	dir := filepath.Join(root, "a")
+	tok, err := bpe.Load(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := qwen2.ReadConfig(filepath.Join(dir, qwen2.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckVocab(tok.VocabSize()); err != nil || cfg.VocabSize%vocabMultiple != 0 || cfg.VocabSize-tok.VocabSize() >= vocabMultiple {
+		t.Errorf("vocab_size %d for a %d-token tokenizer (%v), want the next multiple of %d", cfg.VocabSize, tok.VocabSize(), err, vocabMultiple)
+	}
+	var gen struct {
+		EOS *int `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(runs[0]["generation_config.json"], &gen); err != nil {
+		t.Fatal(err)
+	}
+	imEnd, _ := tok.Special(bpe.ImEnd)
+	if gen.EOS == nil || *gen.EOS != int(imEnd) {
+		t.Errorf("generation_config.json eos_token_id = %v, want %d (%s)", gen.EOS, imEnd, bpe.ImEnd)
+	}
+	for _, tag := range bpe.DefaultSpecial() {
+		if ids := tok.Encode(tag); len(ids) != 1 {
+			t.Errorf("Encode(%q) = %v, want one special token", tag, ids)
+		}
+	}
+	// The protocol's glue was in the training texts, so it encodes in few tokens: the
+	// user message's words are whole tokens, not bytes.
+	p := protocol.Default()
+	prompt := p.Prompt("", 2)
+	if n := len(tok.Encode(prompt)); n*4 > len(prompt) {
+		t.Errorf("the prompt template (%d bytes) encodes to %d tokens, want at most one per 4 bytes", len(prompt), n)
+	} else {
+		t.Logf("prompt template: %d bytes -> %d tokens", len(prompt), n)
+	}
+	m, err := qwen2.Load(dir, qwen2.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Drop()
+}
+
+func TestRunCache(t *testing.T) {
+	corpus := smallCorpus(t)
+	out := filepath.Join(t.TempDir(), "policy")
+	in := Inputs{Corpus: []string{corpus}}
+	first, err := Run(context.Background(), testConfig(), in, out, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := readDir(t, out)
+	st, _ := os.Stat(filepath.Join(out, WeightsFile))
+
+	again, err := Run(context.Background(), testConfig(), in, out, Options{})
+	if err != nil || !again.Hit {
+		t.Fatalf("second Run = hit %v, %v; want a cache hit", again != nil && again.Hit, err)
+	}
+	if again.Record.Key != first.Record.Key {
+		t.Errorf("cache hit record key %s, want %s", again.Record.Key, first.Record.Key)
+	}
+	if st2, _ := os.Stat(filepath.Join(out, WeightsFile)); !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("a cache hit rewrote %s", WeightsFile)
+	}
+
+	forced, err := Run(context.Background(), testConfig(), in, out, Options{Force: true})
+	if err != nil || forced.Hit {
+		t.Fatalf("Run --force = hit %v, %v; want a rebuild", forced != nil && forced.Hit, err)
+	}
+	after := readDir(t, out)
+	for n, b := range before {
+		if !bytes.Equal(after[n], b) {
+			t.Errorf("--force rebuild changed %s", n)
+		}
+	}
+
+	reseed := testConfig()
+	reseed.Seed = 2
+	other, err := Run(context.Background(), reseed, in, out, Options{})
+	if err != nil || other.Hit {
+		t.Fatalf("Run with another seed = hit %v, %v; want a rebuild", other != nil && other.Hit, err)
+	}
+	now := readDir(t, out)
+	if bytes.Equal(now[WeightsFile], before[WeightsFile]) {
+		t.Errorf("seed 2 wrote the same weights as seed 1")
+	}
+	if !bytes.Equal(now[TokenizerFile], before[TokenizerFile]) {
+		t.Errorf("the seed changed tokenizer.json; training has no randomness")
+	}
+
+	// A damaged checkpoint is a miss, rebuilt, not trusted.
+	if err := os.Truncate(filepath.Join(out, WeightsFile), 10); err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := Run(context.Background(), reseed, in, out, Options{})
+	if err != nil || fixed.Hit {
+		t.Fatalf("Run over a truncated %s = hit %v, %v; want a rebuild", WeightsFile, fixed != nil && fixed.Hit, err)
+	}
+	if got := readDir(t, out)[WeightsFile]; !bytes.Equal(got, now[WeightsFile]) {
+		t.Errorf("rebuilt %s differs from the first build of the same inputs", WeightsFile)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, []byte("\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(`{"id": "1", "contents": "\"A\"\nx"}`+"\n{not json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badPreset := testConfig()
+	badPreset.Preset = "huge"
+	tests := []struct {
+		name    string
+		cfg     Config
+		corpus  []string
+		wantMsg string
+	}{
+		{"no corpus", testConfig(), nil, "--corpus"},
+		{"missing file", testConfig(), []string{filepath.Join(dir, "nope.jsonl")}, "nope.jsonl"},
+		{"empty corpus", testConfig(), []string{empty}, "no documents"},
+		{"bad line", testConfig(), []string{bad}, "bad.jsonl: line 2"},
+		{"bad preset", badPreset, []string{empty}, "huge"},
+		{"small vocab", Config{VocabSize: 100, MinFrequency: 1, Preset: "tiny"}, []string{empty}, "--vocab 100"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(dir, "out-"+strings.ReplaceAll(tt.name, " ", "-"))
+			_, err := Run(context.Background(), tt.cfg, Inputs{Corpus: tt.corpus}, out, Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("Run = %v, want an error naming %q", err, tt.wantMsg)
+			}
+			if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after a failed run %s exists (%v), want nothing written", out, err)
+			}
+			if m, _ := filepath.Glob(out + ".tmp-*"); len(m) != 0 {
+				t.Errorf("temp dirs left: %q", m)
+			}
+		})
+	}
+}
+
+func TestRunLearnsQuestions(t *testing.T) {
+	w := smallWorld(t)
+	corpus := smallCorpus(t)
+	rows := make([]format.Prompt, len(w.Train))
+	for i, p := range w.Train {
+		rows[i] = format.Prompt{UID: p.UID, Question: p.Question, Golds: p.Golds}
+	}
+	root := t.TempDir()
+	prompts := filepath.Join(root, "prompts")
+	if _, err := format.WriteDataset(prompts, "test", [][]format.Prompt{rows}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(in Inputs, name string) (int, *Result) {
+		res, err := Run(context.Background(), testConfig(), in, filepath.Join(root, name), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := bpe.Load(filepath.Join(res.Dir, TokenizerFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range w.Train {
+			n += len(tok.Encode(p.Question))
+		}
+		return n, res
+	}
+	without, a := count(Inputs{Corpus: []string{corpus}}, "corpus-only")
+	with, b := count(Inputs{Corpus: []string{corpus}, Prompts: []string{prompts}}, "with-prompts")
+	t.Logf("training questions: %d tokens from a corpus-only tokenizer, %d with --prompts", without, with)
+	if with >= without {
+		t.Errorf("questions encode to %d tokens with --prompts, %d without; want fewer with", with, without)
+	}
+	if a.Record.Key == b.Record.Key || len(b.Record.Inputs) != 2 || !strings.HasPrefix(b.Record.Inputs[1].Digest, "dataset:") {
+		t.Errorf("--prompts is not keyed: keys %.12s and %.12s, inputs %+v", a.Record.Key, b.Record.Key, b.Record.Inputs)
+	}
+}

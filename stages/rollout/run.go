@@ -1,0 +1,270 @@
+// Package rollout is the rollout stage (DESIGN.md §3, §6): prompts, a policy checkpoint
+// and a retriever in, a rollouts dataset out — one row per (uid, sample, turn) holding
+// exactly the context ids the policy saw, the ids it generated with their sampling
+// log-probs, the memory span and the parsed action.
+//
+// The shard plan is the prompts sorted by uid in chunks of PromptsPerShard, so a GRPO
+// group never spans shards. Within a shard all N·PromptsPerShard trajectories advance
+// together, turn by turn: one batched generate call for every running trajectory, then
+// one batched retrieval for every pending search (protocol.Run). Each turn samples from
+// its own random stream keyed by (seed, uid, sample, turn), so the rows do not depend on
+// the shard size, on --shard i/N, or on a resume.
+package rollout
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/stages/protocol"
+	"github.com/mempo/mempo/stages/qwen2"
+)
+
+// Stage names the rollout stage in keys and manifests.
+const Stage = "rollout"
+
+// TokenizerFile is the tokenizer inside a policy checkpoint.
+const TokenizerFile = "tokenizer.json"
+
+// Run writes the rollouts of cfg and in into spec.Out under the stage runtime. The
+// caller sets spec's runtime fields (Out, Seed, Part, Merge, progress, …); Run sets the
+// stage's own. The policy is loaded only when a shard has to be computed, so a cache
+// hit costs the input digests only.
+func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
+	return run(ctx, cfg, in, spec, loadModel)
+}
+
+// loader opens the policy's sampler; close releases it.
+type loader func(cfg Config, policy string, tok *bpe.Tokenizer) (s sampler, close func(), err error)
+
+func loadModel(cfg Config, policy string, tok *bpe.Tokenizer) (sampler, func(), error) {
+	m, err := qwen2.Load(policy, qwen2.Options{Device: cfg.Device, DType: cfg.DType})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policy: %w", err)
+	}
+	sc := cfg.Sampling()
+	sc.Stop = stops(cfg.Protocol, tok)
+	return &model{m: m, cfg: sc, maxBatch: cfg.MaxBatch}, m.Drop, nil
+}
+
+func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader) (*jobs.Result, error) {
+	if cfg.Protocol == nil {
+		cfg.Protocol = protocol.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &stage{cfg: cfg, in: in, load: load, seed: spec.Seed, log: spec.Log}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if s.prompts, err = readPrompts(in.Prompts); err != nil {
+		return nil, fmt.Errorf("rollout: --prompts: %w", err)
+	}
+	s.prompts = cfg.selectPrompts(s.prompts)
+	if s.tok, err = policyTokenizer(in.Policy); err != nil {
+		return nil, fmt.Errorf("rollout: --policy: %w", err)
+	}
+	if s.digest, err = jobs.DirDigest(in.Policy); err != nil {
+		return nil, fmt.Errorf("rollout: --policy: %w", err)
+	}
+	ret, closer, retIn, err := openRetriever(cfg, in)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
+	defer closer.Close()
+	s.ret = documents{r: ret, topk: cfg.RetrievalTopK}
+	defer s.close()
+
+	prompts, err := jobs.DatasetInput("prompts", in.Prompts)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
+	policy := format.Input{Name: "policy", Path: filepath.Clean(in.Policy), Digest: "dir:" + s.digest}
+	spec.Inputs = []format.Input{prompts, policy, retIn}
+	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindRollouts, format.RolloutsVersion
+	spec.Config = cfg
+	spec.Shards = (len(s.prompts) + cfg.PromptsPerShard - 1) / cfg.PromptsPerShard
+	spec.Summarize = summarize
+	return jobs.Run(ctx, spec, s.shard)
+}
+
+// policyTokenizer loads the checkpoint's tokenizer and checks that the model has an
+// embedding row for each of its ids, before any work.
+func policyTokenizer(dir string) (*bpe.Tokenizer, error) {
+	tok, err := bpe.Load(filepath.Join(dir, TokenizerFile))
+	if err != nil {
+		return nil, err
+	}
+	mc, err := qwen2.ReadConfig(filepath.Join(dir, qwen2.ConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := mc.CheckVocab(tok.VocabSize()); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return tok, nil
+}
+
+// readPrompts reads the whole prompts dataset sorted by uid; a repeated uid is an error,
+// since (uid, sample, turn) keys every row downstream.
+func readPrompts(dir string) ([]format.Prompt, error) {
+	d, err := format.OpenDataset(dir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := format.OpenShards[format.Prompt](d)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	rows, err := format.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: no prompts: %w", dir, ErrConfig)
+	}
+	slices.SortStableFunc(rows, func(a, b format.Prompt) int { return cmp.Compare(a.UID, b.UID) })
+	for i := 1; i < len(rows); i++ {
+		if rows[i].UID == rows[i-1].UID {
+			return nil, fmt.Errorf("%s: uid %s appears twice; uids must be unique: %w", dir, rows[i].UID, ErrConfig)
+		}
+	}
+	return rows, nil
+}
+
+// stage is one Run's state shared by its shards. The policy is opened by the first
+// shard that runs; shards run one at a time.
+type stage struct {
+	cfg     Config
+	in      Inputs
+	load    loader
+	seed    int64
+	log     *slog.Logger
+	prompts []format.Prompt
+	tok     *bpe.Tokenizer
+	digest  string
+	ret     documents
+
+	once    sync.Once
+	openErr error
+	gen     sampler
+	release func()
+}
+
+// open probes the retriever, then loads the policy, once. The probe comes first so an
+// unreachable server fails the stage before a large model is loaded and before any
+// episode runs: a random or early policy may search rarely, and a stage that fails
+// only at its first search would fail late and by chance.
+func (s *stage) open(ctx context.Context) error {
+	s.once.Do(func() {
+		if _, err := s.ret.Retrieve(ctx, []string{s.prompts[0].Question}); err != nil {
+			s.openErr = fmt.Errorf("retriever check before the first turn (start the server or fix --retriever-url/--index): %w", err)
+			return
+		}
+		s.gen, s.release, s.openErr = s.load(s.cfg, s.in.Policy, s.tok)
+	})
+	return s.openErr
+}
+
+func (s *stage) close() {
+	if s.release != nil {
+		s.release()
+	}
+}
+
+// shard runs every trajectory of plan shard w.Shard to the end and writes its rows.
+func (s *stage) shard(ctx context.Context, w *jobs.Work) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
+	lo := w.Shard * s.cfg.PromptsPerShard
+	prompts := s.prompts[lo:min(lo+s.cfg.PromptsPerShard, len(s.prompts))]
+	start := time.Now()
+	eps, slots, err := s.episodes(prompts)
+	if err != nil {
+		return err
+	}
+	var generated int64
+	gen := &episodes{s: s.gen, seed: s.seed, slots: slots, tokens: func(n int64) {
+		generated += n
+		w.Add(0, n)
+	}}
+	if err := protocol.Run(ctx, eps, gen, s.ret); err != nil {
+		return fmt.Errorf("uids %s..%s: %w", prompts[0].UID, prompts[len(prompts)-1].UID, err)
+	}
+	rows := s.rows(eps, slots)
+	if err := writeRows(w.Path, rows); err != nil {
+		return err
+	}
+	w.Add(int64(len(rows)), 0)
+	secs := time.Since(start).Seconds()
+	s.log.Info("shard done", "shard", w.Shard, "prompts", len(prompts), "trajectories", len(eps), "turns", len(rows),
+		"trajectories_per_s", float64(len(eps))/secs, "tokens_per_s", float64(generated)/secs)
+	return nil
+}
+
+// episodes starts N episodes per prompt, in (uid, sample) order.
+func (s *stage) episodes(prompts []format.Prompt) ([]*protocol.Episode, map[*protocol.Episode]slot, error) {
+	eps := make([]*protocol.Episode, 0, len(prompts)*s.cfg.N)
+	slots := make(map[*protocol.Episode]slot, cap(eps))
+	for _, p := range prompts {
+		k := max(len(p.Golds), 1)
+		for i := range s.cfg.N {
+			e, err := protocol.NewEpisode(s.cfg.Protocol, s.tok, s.cfg.Episode(), p.Question, k)
+			if err != nil {
+				return nil, nil, fmt.Errorf("uid %s: %w", p.UID, err)
+			}
+			eps = append(eps, e)
+			slots[e] = slot{uid: p.UID, sample: i}
+		}
+	}
+	return eps, slots, nil
+}
+
+// rows turns the finished episodes into rollout rows, one per turn, in (uid, sample,
+// turn) order: the order the episodes were created in.
+func (s *stage) rows(eps []*protocol.Episode, slots map[*protocol.Episode]slot) []format.Rollout {
+	var rows []format.Rollout
+	for _, e := range eps {
+		sl := slots[e]
+		for _, r := range e.Records() {
+			lp := r.Logprobs
+			if lp == nil {
+				lp = []float32{}
+			}
+			rows = append(rows, format.Rollout{
+				UID: sl.uid, Sample: int32(sl.sample), Turn: int32(r.Turn),
+				PromptIDs: r.Context.IDs(), ResponseIDs: r.Response, SamplingLogprobs: lp,
+				MemStart: int32(r.Parsed.MemTokens.Start), MemEnd: int32(r.Parsed.MemTokens.End),
+				Response: s.tok.Decode(r.Response), Memory: r.Parsed.Memory,
+				Action: string(r.Parsed.Kind), Query: r.Parsed.Arg, Observation: r.Observation,
+				Finish: string(r.Finish), PolicyDigest: s.digest,
+			})
+		}
+	}
+	return rows
+}
+
+func writeRows(path string, rows []format.Rollout) error {
+	f, err := format.Create[format.Rollout](path)
+	if err != nil {
+		return err
+	}
+	if err := f.Write(rows...); err != nil {
+		f.Abort()
+		return err
+	}
+	_, err = f.Close()
+	return err
+}
