@@ -38,6 +38,7 @@ func PlotPNG(path, title, xLabel, yLabel string, series []Series) error {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	p.Legend.Top = true
+	p.Legend.Left = true
 	if err := p.Save(6*vg.Inch, 4*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}

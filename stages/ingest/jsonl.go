@@ -3,13 +3,14 @@ package ingest
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // maxLine bounds one JSONL line; a question with its answers is far smaller, so a

@@ -3,7 +3,6 @@ package search
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +13,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // maxLine bounds one corpus line. wiki-18 passages are about 1 KB; anything near
