@@ -35,7 +35,8 @@ func DatasetInput(name, dir string) (format.Input, error) {
 // DirInput names a directory input that is not a dataset — a model checkpoint, a
 // search index — by one digest over its regular files: sha256 of the sorted lines
 // "<relative path> <sha256 of the file>". Names starting with "." are skipped (temp
-// files, locks), so the digest is the content, not the leftovers of a writer.
+// files, locks), and so is MetricsName, the run record whose timings differ between
+// identical runs: the digest is the content, not the leftovers or the clock of a writer.
 func DirInput(name, dir string) (format.Input, error) {
 	sum, err := DirDigest(dir)
 	if err != nil {
@@ -57,7 +58,7 @@ func DirDigest(dir string) (string, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || d.Name() == MetricsName {
 			return nil
 		}
 		sum, _, err := hashFile(path)

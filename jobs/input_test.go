@@ -25,9 +25,10 @@ func TestDirDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(".lock", "pid 1")
+	write(MetricsName, `{"timing_s": 3.2}`)
 	write(".tmp/x", "scratch")
 	if got, err := DirDigest(dir); err != nil || got != base {
-		t.Errorf("DirDigest after adding dot files = %s, %v; want unchanged %s", got, err, base)
+		t.Errorf("DirDigest after adding dot files and a metrics record = %s, %v; want unchanged %s", got, err, base)
 	}
 	write("model.safetensors", "weights2")
 	if got, _ := DirDigest(dir); got == base {

@@ -23,6 +23,7 @@ func main() {
 			initModelCommand,
 			inspectCommand,
 			serveRetrieverCommand,
+			sftCommand,
 			verifyCommand,
 			versionCommand,
 		},

@@ -1,0 +1,188 @@
+package ppo
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/update"
+	"github.com/sugarme/gotch"
+	lib "github.com/sugarme/gotch/libtch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// trainer runs the forward and backward passes of the update on one model.
+type trainer struct {
+	m     *qwen2.Model
+	obj   update.Objective
+	chunk int
+}
+
+// trainable marks every weight of m as a leaf that accumulates gradients and returns
+// them as the optimizer's parameters, named by their safetensors keys.
+func trainable(m *qwen2.Model) (ps []update.Param, err error) {
+	defer catch("mark weights trainable", &err)
+	for _, w := range m.Weights() {
+		inplace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+		ps = append(ps, update.Param{Name: w.Key, T: w.Tensor})
+	}
+	return ps, nil
+}
+
+// micro runs one micro-batch of a mini-batch: the policy's log-probs and entropies of
+// every response token (with gradients), the objective under the mini-batch's divisor,
+// and the backward pass that adds this micro-batch's share to the gradients. A
+// non-finite loss is reported before the backward pass, so no gradient sees it.
+func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err error) {
+	// libtorch keeps grad mode per OS thread, and a no-grad scorer (qwen2.LogProbs) may
+	// have left it off on whichever thread this goroutine lands on: pin and set it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if was, err := ts.GradSetEnabled(true); err == nil {
+		defer ts.GradSetEnabled(was)
+	}
+	pairs := make([]qwen2.Pair, len(batch))
+	width, n := 0, 0
+	for i, s := range batch {
+		pairs[i] = qwen2.Pair{Context: s.Context, Response: s.Response}
+		width = max(width, len(s.Response))
+		n += len(s.Response)
+	}
+	lp, ent, err := t.m.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.chunk, Entropy: true})
+	if err != nil {
+		return st, err
+	}
+	var live []*ts.Tensor
+	defer func() { drop(live...) }()
+	live = append(live, lp, ent)
+	defer catch(fmt.Sprintf("micro-batch of %d samples", len(batch)), &err)
+
+	dev := t.m.Device()
+	rows := int64(len(batch))
+	// pad maps each [row, position] slot to its flat token, or to the zero appended
+	// after the last one: index_select keeps the gradient of every real token.
+	pad := make([]int64, 0, len(batch)*width)
+	old := make([]float32, 0, cap(pad))
+	ref := make([]float32, 0, cap(pad))
+	adv := make([]float32, 0, cap(pad))
+	mask := make([]float32, 0, cap(pad))
+	off := 0
+	for _, s := range batch {
+		for j := range width {
+			if j < len(s.Response) {
+				pad = append(pad, int64(off+j))
+				old, adv, mask = append(old, s.Old[j]), append(adv, s.Adv[j]), append(mask, 1)
+				if s.Ref != nil {
+					ref = append(ref, s.Ref[j])
+				} else {
+					ref = append(ref, s.Old[j])
+				}
+			} else {
+				pad = append(pad, int64(n))
+				old, ref, adv, mask = append(old, 0), append(ref, 0), append(adv, 0), append(mask, 0)
+			}
+		}
+		off += len(s.Response)
+	}
+	shape := []int64{rows, int64(width)}
+	idx := hostTensor(pad, []int64{rows * int64(width)}, dev)
+	live = append(live, idx)
+	logp := padded(lp, idx, shape)
+	entropy := padded(ent, idx, shape)
+	mb := update.Micro{
+		Logp: logp, OldLogp: hostTensor(old, shape, dev), RefLogp: hostTensor(ref, shape, dev),
+		Adv: hostTensor(adv, shape, dev), Mask: hostTensor(mask, shape, dev),
+	}
+	live = append(live, logp, entropy, mb.OldLogp, mb.RefLogp, mb.Adv, mb.Mask)
+
+	obj := t.obj
+	obj.EntropyCoef = 0 // the entropy comes from the chunked pass, not from full logits
+	loss, st, err := obj.Loss(mb, divisor)
+	if err != nil {
+		return st, err
+	}
+	live = append(live, loss)
+	h, hv, err := update.AggregateTokens(entropy, mb.Mask, t.obj.Agg, divisor)
+	if err != nil {
+		return st, err
+	}
+	live = append(live, h)
+	st.Entropy = hv
+	if t.obj.EntropyCoef != 0 {
+		scaled := must(h.MulScalar(ts.FloatScalar(t.obj.EntropyCoef), false))
+		total := must(loss.Sub(scaled, false))
+		live = append(live, scaled, total)
+		loss = total
+		st.Total -= t.obj.EntropyCoef * hv
+	}
+	if math.IsNaN(st.Total) || math.IsInf(st.Total, 0) {
+		return st, fmt.Errorf("loss %v (pg_loss %v, kl %v, entropy %v): %w", st.Total, st.Loss, st.KL, st.Entropy, update.ErrNonFinite)
+	}
+	check(loss.Backward())
+	return st, nil
+}
+
+// padded lays the flat per-token values x: [n] out as [rows, width] through idx:
+// [rows·width] (values n select the appended zero).
+func padded(x, idx *ts.Tensor, shape []int64) *ts.Tensor {
+	z := must(ts.Zeros([]int64{1}, x.DType(), x.MustDevice()))
+	ext := must(ts.Cat([]*ts.Tensor{x, z}, 0))
+	z.MustDrop()
+	sel := must(ext.IndexSelect(0, idx, true))
+	return must(sel.View(shape, true))
+}
+
+// hostTensor copies data into a new tensor of the given shape on dev.
+func hostTensor[T float32 | int64](data []T, shape []int64, dev gotch.Device) *ts.Tensor {
+	t := must(ts.OfSlice(data))
+	v := must(t.View(shape, true))
+	if dev == gotch.CPU {
+		return v
+	}
+	return must(v.To(dev, true))
+}
+
+// gotch's Must* functions call log.Fatal on a libtorch error; this package calls the
+// error-returning variants through must, and catch turns the panic into an error.
+func must(t *ts.Tensor, err error) *ts.Tensor {
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func check(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func drop(xs ...*ts.Tensor) {
+	for _, x := range xs {
+		if x != nil {
+			x.MustDrop()
+		}
+	}
+}
+
+func catch(what string, err *error) {
+	if r := recover(); r != nil {
+		if e, ok := r.(error); ok {
+			*err = fmt.Errorf("%s: %w", what, e)
+			return
+		}
+		*err = fmt.Errorf("%s: %v", what, r)
+	}
+}
+
+// inplace runs one of gotch's generated in-place ops on t and frees the handle it
+// supersedes (the wrapper overwrites t's handle without deleting the old one, which
+// would keep the storage alive; see stages/update/tensor.go).
+func inplace(t *ts.Tensor, op func() error) {
+	old := t.Ctensor()
+	check(op())
+	if t.Ctensor() != old {
+		lib.AtFree(lib.Ctensor(old))
+	}
+}

@@ -1,0 +1,174 @@
+package sft
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/stages/protocol"
+	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/search"
+	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/stages/update"
+)
+
+// fixture is a small task directory with its index and an untrained policy whose
+// tokenizer is trained on the task's corpus and prompt.
+type fixture struct {
+	dir string
+	in  Inputs
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	tc := task.Config{Seed: 3, People: 24, Cities: 8, Companies: 8, Countries: 3, TwinRate: 0.3, TwoHopRate: 0.3,
+		TrainK: 2, Train: 24, TestK: []int{2}, Test: 4}
+	taskDir := filepath.Join(dir, "task")
+	if _, err := task.Run(context.Background(), tc, taskDir, jobs.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "index")
+	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: filepath.Join(taskDir, task.CorpusFile), Dir: index}, search.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := task.Generate(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{protocol.Default().Prompt("x", 2)}
+	for _, d := range w.Docs() {
+		texts = append(texts, d.Contents)
+	}
+	tok, err := bpe.Train(slices.Values(texts), bpe.TrainConfig{VocabSize: 700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy")
+	cfg, err := qwen2.Preset("tiny", tok.VocabSize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.NumHeads, cfg.NumKVHeads = 32, 64, 1, 4, 2
+	cfg.MaxPositions = 2048
+	m, err := qwen2.New(cfg, qwen2.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Drop()
+	if err := m.Init(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(policy, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tok.Save(filepath.Join(policy, update.TokenizerFile)); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: index, Policy: policy}}
+}
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Questions, c.MaxTurns, c.Epochs, c.HeldOut = 12, 6, 4, 0.25
+	c.AdamW.LR, c.AdamW.WarmupSteps, c.Schedule = 1e-2, 2, Linear
+	c.BatchTokens = 2048
+	return c
+}
+
+// TestRun clones the oracle on a small task: the held-out loss must fall, the
+// checkpoint must load and hold the oracle's trajectories, and a rerun must be a cache
+// hit.
+func TestRun(t *testing.T) {
+	base := len(ts.ExistingTensors)
+	f := newFixture(t)
+	out := filepath.Join(f.dir, "sft")
+	res, err := Run(context.Background(), testConfig(), f.in, jobs.Spec{Out: out, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := res.State.Metrics["heldout_loss_before"], res.State.Metrics["heldout_loss_after"]
+	t.Logf("held-out NLL %.4f → %.4f over %v turns; %v steps", before, after, res.State.Metrics["heldout_turns"], res.State.Step)
+	if !(after < 0.8*before) {
+		t.Errorf("held-out loss %.4f → %.4f, want it to fall by at least 20%%", before, after)
+	}
+	if res.State.Stage != Stage || res.State.Step < 4 {
+		t.Errorf("trainer state stage %q step %d, want sft and several steps", res.State.Stage, res.State.Step)
+	}
+	m, err := qwen2.Load(out, qwen2.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Drop()
+	if _, err := bpe.Load(filepath.Join(out, update.TokenizerFile)); err != nil {
+		t.Error(err)
+	}
+	fh, err := os.Open(filepath.Join(out, OracleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(nil, 1<<20)
+	lines := 0
+	for sc.Scan() {
+		lines++
+	}
+	fh.Close()
+	if lines != 12 {
+		t.Errorf("%s has %d trajectories, want 12", OracleFile, lines)
+	}
+	again, err := Run(context.Background(), testConfig(), f.in, jobs.Spec{Out: out, Seed: 1})
+	if err != nil || !again.Hit {
+		t.Errorf("second Run = %+v, %v; want a cache hit", again, err)
+	}
+	if got := len(ts.ExistingTensors); got != base {
+		t.Errorf("live tensors = %d, want %d", got, base)
+	}
+}
+
+func TestRunRejects(t *testing.T) {
+	f := newFixture(t)
+	t.Run("prompts of another task", func(t *testing.T) {
+		other := task.Config{Seed: 99, People: 10, Cities: 4, Companies: 4, Countries: 2, TrainK: 2, Train: 3, TestK: []int{2}, Test: 1}
+		dir := filepath.Join(f.dir, "other")
+		if _, err := task.Run(context.Background(), other, dir, jobs.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		in := f.in
+		in.Prompts = filepath.Join(dir, task.TrainDir)
+		_, err := Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(f.dir, "x"), Seed: 1})
+		if !errors.Is(err, ErrInput) {
+			t.Fatalf("Run with prompts of another world = %v, want ErrInput", err)
+		}
+		t.Log(err)
+	})
+	t.Run("context too long", func(t *testing.T) {
+		in := f.in
+		in.Policy = filepath.Join(f.dir, "short")
+		m, err := qwen2.Load(f.in.Policy, qwen2.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Config.MaxPositions = 64
+		if err := m.Save(in.Policy, 0); err != nil {
+			t.Fatal(err)
+		}
+		m.Drop()
+		if err := update.CopyFile(filepath.Join(in.Policy, update.TokenizerFile), filepath.Join(f.in.Policy, update.TokenizerFile)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(f.dir, "y"), Seed: 1})
+		if !errors.Is(err, ErrInput) {
+			t.Fatalf("Run with a 64-token policy = %v, want ErrInput", err)
+		}
+		t.Log(err)
+	})
+}
