@@ -16,6 +16,7 @@ func main() {
 		Name:  "mempo",
 		Usage: "tools for MemPO training pipelines (the stages are the mempo-* binaries)",
 		Commands: []*cli.Command{
+			curvesCommand,
 			evalCommand,
 			genTaskCommand,
 			importCommand,

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,5 +101,39 @@ func TestPlotPNG(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() < 200 || b.Dy() < 100 {
 		t.Errorf("plot is %v, want a real figure", b)
+	}
+}
+
+func TestRunCurves(t *testing.T) {
+	dir := t.TempDir()
+	for k, rewards := range map[int][]float32{1: {0, 1}, 2: {1, 1}} {
+		it := filepath.Join(dir, "iter-"+strconv.Itoa(k))
+		var rows []format.Score
+		for i, r := range rewards {
+			rows = append(rows, format.Score{UID: "q", Sample: int32(i), Reward: r})
+		}
+		if err := os.MkdirAll(it, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := format.WriteDataset(filepath.Join(it, "scores"), "test", [][]format.Score{rows}); err != nil {
+			t.Fatal(err)
+		}
+		if k == 1 {
+			os.MkdirAll(filepath.Join(it, "policy"), 0o755)
+			if err := os.WriteFile(filepath.Join(it, "policy", "trainer_state.json"), []byte(`{"metrics": {"kl": 0.003}}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "iter-x"), 0o755) // not an iteration
+	c, err := RunCurves(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Reward) != 2 || c.Reward[0] != (Point{1, 0.5}) || c.Reward[1] != (Point{2, 1}) {
+		t.Errorf("reward curve = %v, want [{1 0.5} {2 1}]", c.Reward)
+	}
+	if len(c.KL) != 1 || c.KL[0] != (Point{1, 0.003}) {
+		t.Errorf("kl curve = %v, want [{1 0.003}] (iteration 2 has no policy yet)", c.KL)
 	}
 }
