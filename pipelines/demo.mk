@@ -1,0 +1,18 @@
+# The embedded-default demo (DESIGN.md §8): a synthetic task, a tiny Qwen2 model, SFT
+# on an imperfect oracle, MemPO and GRPO iterations, and an evaluation of the SFT start,
+# both RL variants and the full-context agent. Sized for about 15 minutes on 2 cores.
+RUN_DIR  ?= runs/demo
+SEED     ?= 1
+ITERS    ?= 2
+VARIANTS ?= mempo grpo
+
+TASK_FLAGS    ?= --train 400 --test 24
+INIT_FLAGS    ?= --preset tiny
+SFT_FLAGS     ?= --questions 200 --epochs 2 --lr 2e-3 --max-turns 8 --threads 1
+PROMPTS_PER_ITER ?= 8
+ROLLOUT_FLAGS ?= --n 8 --max-turns 8 --max-new-tokens 64 --prompts-per-shard 8 --threads 1
+LOGPROB_FLAGS ?= --threads 1
+UPDATE_FLAGS  ?= --lr 1e-4 --mini-batches 2 --threads 1
+EVAL_FLAGS    ?= --limit 16 --max-turns 8 --max-new-tokens 64 --threads 1
+
+include pipelines/mempo.mk

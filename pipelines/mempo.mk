@@ -1,0 +1,113 @@
+# One MemPO run as a Make DAG (DESIGN.md §5). Every target is a stage's commit record
+# (_manifest.json, checkpoint.json, …), so `make` reruns exactly what is out of date;
+# each stage is also cached by its own key, so a rerun after a crash resumes and an
+# unchanged stage is a cache hit. Include this file after setting the variables below
+# (pipelines/demo.mk does), or pass them on the command line.
+#
+# Layout of runs/<run>:
+#   task/ index/ init/ sft/                      task, search index, initial model, SFT warm start
+#   <variant>/iter-<k>/{rollouts,scores,logprobs,advantages,policy}/   RL iteration k
+#   eval/                                        results.md, results.csv, plots
+
+BIN      ?= bin
+RUN_DIR  ?= runs/demo
+ITERS    ?= 2
+VARIANTS ?= mempo grpo
+# Advantage flags per variant: GRPO is MemPO without the memory advantage.
+ADV_FLAGS_mempo ?= --mem-coef 1
+ADV_FLAGS_grpo  ?= --mem-coef 0
+
+TASK_FLAGS     ?=
+INIT_FLAGS     ?=
+SFT_FLAGS      ?=
+ROLLOUT_FLAGS  ?= --n 8 --max-turns 8 --max-new-tokens 64
+PROMPTS_PER_ITER ?= 16
+LOGPROB_FLAGS  ?=
+UPDATE_FLAGS   ?= --lr 1e-5 --mini-batches 2
+EVAL_FLAGS     ?= --max-turns 8 --max-new-tokens 64
+STAGE_FLAGS    ?= --progress plain --log-level warn
+SEED           ?= 1
+
+TASK  := $(RUN_DIR)/task
+INDEX := $(RUN_DIR)/index
+INIT  := $(RUN_DIR)/init
+SFT   := $(RUN_DIR)/sft
+EVAL  := $(RUN_DIR)/eval
+TRAIN := $(TASK)/prompts-train
+
+# CODE changes when the binaries' source does, so a code change reruns the DAG (each
+# stage then decides by its key whether to recompute).
+CODE := $(BIN)/CODE_VERSION
+
+$(TASK)/task.json: $(CODE)
+	$(BIN)/mempo gen-task --seed $(SEED) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
+
+$(INDEX)/mempo_index.json: $(TASK)/task.json
+	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@
+
+$(INIT)/init.json: $(TASK)/task.json
+	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(INIT_FLAGS) --out $(INIT) && touch $@
+
+$(SFT)/checkpoint.json: $(INIT)/init.json $(INDEX)/mempo_index.json
+	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(SFT_FLAGS) $(STAGE_FLAGS) --out $(SFT) && touch $@
+
+# policy_dir(variant, k): the policy iteration k+1 starts from (k = 0: the SFT model).
+policy_dir = $(if $(filter 0,$(2)),$(SFT),$(RUN_DIR)/$(1)/iter-$(2)/policy)
+prev       = $(word $(1),0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
+
+# iteration(variant, k): the five stages of RL iteration k of a variant.
+define iteration
+$(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
+$$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
+	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --index $(INDEX) \
+	  --prompt-offset $$$$(( ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+$$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
+	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+$$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
+	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
+	  $(LOGPROB_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+$$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifest.json $$($(1)_ITER_$(2))/logprobs/_manifest.json
+	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
+	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+$$($(1)_ITER_$(2))/policy/checkpoint.json: $$($(1)_ITER_$(2))/advantages/_manifest.json
+	$(BIN)/mempo-update --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
+	  --rollouts $$($(1)_ITER_$(2))/rollouts --logprobs $$($(1)_ITER_$(2))/logprobs --advantages $$($(1)_ITER_$(2))/advantages \
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+endef
+
+ITER_LIST := $(wordlist 1,$(ITERS),1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
+$(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(call iteration,$(v),$(k)))))
+
+# The final policy of each variant.
+FINAL = $(call policy_dir,$(1),$(ITERS))
+
+EVAL_POLICIES = --policy sft=$(SFT) $(foreach v,$(VARIANTS),--policy $(v)=$(call FINAL,$(v))) --policy full=$(SFT)@full
+$(EVAL)/results.md: $(SFT)/checkpoint.json $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
+	$(BIN)/mempo eval --task $(TASK) --index $(INDEX) $(EVAL_POLICIES) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL) && touch $@
+
+# The training curves: mean reward and KL to the reference per iteration.
+$(EVAL)/reward_vs_iter.png: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
+	$(BIN)/mempo curves $(foreach v,$(VARIANTS),--run $(v)=$(RUN_DIR)/$(v)) --out $(EVAL) && touch $@
+
+.PHONY: run train eval
+train: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
+eval: $(EVAL)/results.md $(EVAL)/reward_vs_iter.png
+run: eval
+
+# Re-score a finished iteration with other advantage flags, reusing its cached rollouts,
+# scores and log-probs: only the advantage and update stages run, into sibling
+# directories named after RESCORE. For example
+#   make -f pipelines/demo.mk rescore VARIANT=mempo ITER=1 RESCORE=nobase RESCORE_FLAGS="--mem-baseline none"
+VARIANT ?= mempo
+ITER    ?= 1
+RESCORE ?= rescore
+RESCORE_FLAGS ?= --mem-baseline none
+RESCORE_DIR = $(RUN_DIR)/$(VARIANT)/iter-$(ITER)
+.PHONY: rescore
+rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.json
+	$(BIN)/mempo-advantage --rollouts $(RESCORE_DIR)/rollouts --scores $(RESCORE_DIR)/scores \
+	  --logprobs $(RESCORE_DIR)/logprobs $(RESCORE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/advantages-$(RESCORE)
+	$(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(SFT) \
+	  --rollouts $(RESCORE_DIR)/rollouts --logprobs $(RESCORE_DIR)/logprobs --advantages $(RESCORE_DIR)/advantages-$(RESCORE) \
+	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/policy-$(RESCORE)
