@@ -4,16 +4,15 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/rollout"
 	"github.com/mempo/mempo/stages/search"
-	"github.com/mempo/mempo/stages/torch"
 )
 
 var def = rollout.DefaultConfig()
@@ -38,7 +37,6 @@ var (
 	ppsFlag      = &cli.IntFlag{Name: "prompts-per-shard", Category: "Rollout", Value: def.PromptsPerShard, Usage: "prompts per output shard; all their trajectories are generated together, so this sets the batch size"}
 	deviceFlag   = &cli.StringFlag{Name: "device", Category: "Runtime", Value: def.Device, Usage: "where the policy runs: cpu, cuda or cuda:N"}
 	dtypeFlag    = &cli.StringFlag{Name: "dtype", Category: "Runtime", Usage: "weight precision: float32, bfloat16 or float16 (default: the checkpoint's)"}
-	threadsFlag  = &cli.IntFlag{Name: "threads", Category: "Runtime", Usage: "libtorch intra-op threads (default: libtorch's choice)"}
 	batchFlag    = &cli.IntFlag{Name: "max-batch", Category: "Runtime", Usage: "sequences per generate call at most, to bound memory (default 0: every running trajectory of the shard)"}
 	timeoutFlag  = &cli.Float64Flag{Name: "retriever-timeout", Category: "Runtime", Value: search.DefaultTimeoutS, Usage: "seconds one retrieval request may take"}
 	attemptsFlag = &cli.IntFlag{Name: "retriever-attempts", Category: "Runtime", Value: search.DefaultAttempts, Usage: "tries per retrieval request before the server counts as unreachable"}
@@ -47,7 +45,7 @@ var (
 func main() {
 	flags := append(app.StageFlags(), app.Clone(promptsFlag, policyFlag, indexFlag, urlFlag, protocolFlag,
 		nFlag, contextFlag, turnsFlag, newTokFlag, tempFlag, topPFlag, topKFlag, retTopKFlag, offsetFlag, limitFlag, ppsFlag,
-		deviceFlag, dtypeFlag, threadsFlag, batchFlag, timeoutFlag, attemptsFlag)...)
+		deviceFlag, dtypeFlag, torchflag.Threads, batchFlag, timeoutFlag, attemptsFlag)...)
 	os.Exit(app.Main(app.New("mempo-rollout", "roll out a policy on prompts: multi-turn search episodes to a rollouts dataset", flags, run), os.Args))
 }
 
@@ -76,10 +74,8 @@ func run(c *cli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	if n := c.Int(threadsFlag.Name); n != 0 {
-		if err := torch.SetNumThreads(n); err != nil {
-			return app.Usage(fmt.Errorf("--threads: %w", err))
-		}
+	if err := torchflag.Apply(c); err != nil {
+		return err
 	}
 	in := rollout.Inputs{Prompts: c.String(promptsFlag.Name), Policy: c.String(policyFlag.Name), Index: c.String(indexFlag.Name),
 		Client: search.ClientConfig{TimeoutS: c.Float64(timeoutFlag.Name), Attempts: c.Int(attemptsFlag.Name)}}

@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/stages/advantage"
 	"github.com/mempo/mempo/stages/ppo"
-	"github.com/mempo/mempo/stages/torch"
 )
 
 var def = ppo.DefaultConfig()
@@ -43,14 +43,13 @@ var (
 	budgetFlag   = &cli.IntFlag{Name: "micro-token-budget", Category: "Batching", Value: def.MicroTokenBudget, Usage: "rows × padded tokens of one forward/backward pass; gradients accumulate over a mini-batch's passes exactly (0: one pass per mini-batch)"}
 	deviceFlag   = &cli.StringFlag{Name: "device", Category: "Runtime", Value: def.Device, Usage: "where the policy trains: cpu, cuda or cuda:N"}
 	dtypeFlag    = &cli.StringFlag{Name: "dtype", Category: "Runtime", Usage: "weight precision: float32, bfloat16 (with float32 master weights) or float16 (default: the checkpoint's)"}
-	threadsFlag  = &cli.IntFlag{Name: "threads", Category: "Runtime", Usage: "libtorch intra-op threads (default: libtorch's choice)"}
 	snapshotFlag = &cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Value: 1, Usage: "save a resumable snapshot after every `N` mini-batches (a killed update resumes from the last one)"}
 )
 
 func main() {
 	flags := append(app.Clone(outFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), app.Clone(policyFlag, refFlag, rolloutsFlag, logprobsFlag, advantagesFlag,
 		lrFlag, warmupFlag, decayFlag, gradNormFlag, clipLowFlag, clipHighFlag, dualClipFlag, klFlag, klCoefFlag,
-		entropyFlag, aggFlag, epochsFlag, miniFlag, budgetFlag, deviceFlag, dtypeFlag, threadsFlag, snapshotFlag)...)
+		entropyFlag, aggFlag, epochsFlag, miniFlag, budgetFlag, deviceFlag, dtypeFlag, torchflag.Threads, snapshotFlag)...)
 	os.Exit(app.Main(app.New("mempo-update", "train the policy by PPO on rollouts, log-probs and advantages: the next checkpoint", flags, run), os.Args))
 }
 
@@ -79,10 +78,8 @@ func run(c *cli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	if n := c.Int(threadsFlag.Name); n != 0 {
-		if err := torch.SetNumThreads(n); err != nil {
-			return app.Usage(fmt.Errorf("--threads: %w", err))
-		}
+	if err := torchflag.Apply(c); err != nil {
+		return err
 	}
 	in := ppo.Inputs{Policy: c.String(policyFlag.Name), Ref: c.String(refFlag.Name), Rollouts: c.String(rolloutsFlag.Name),
 		Logprobs: c.String(logprobsFlag.Name), Advantages: c.String(advantagesFlag.Name)}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/eval"
@@ -41,7 +42,7 @@ then results.md, results.csv, f1_vs_k.png and pt_vs_k.png are written to --out a
 is printed. A rerun recomputes only what changed.`,
 	Flags: append(app.Clone(app.OutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag),
 		app.Clone(evalPolicyFlag, evalTaskFlag, evalTestFlag, evalIndexFlag, evalNFlag, evalTempFlag,
-			evalTurnsFlag, evalTokFlag, evalLimitFlag, evalPPSFlag)...),
+			evalTurnsFlag, evalTokFlag, evalLimitFlag, evalPPSFlag, torchflag.Threads)...),
 	Action: runEval,
 }
 
@@ -105,6 +106,9 @@ func testSets(c *cli.Context) ([]testSet, error) {
 func runEval(c *cli.Context) error {
 	spec, err := app.StageSpec(c)
 	if err != nil {
+		return err
+	}
+	if err := torchflag.Apply(c); err != nil {
 		return err
 	}
 	policies, err := parsePolicies(c.StringSlice(evalPolicyFlag.Name))

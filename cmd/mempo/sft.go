@@ -6,9 +6,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/sft"
-	"github.com/mempo/mempo/stages/torch"
 )
 
 var sftDefault = sft.DefaultConfig()
@@ -36,7 +36,6 @@ var (
 	sftBatchFlag     = &cli.IntFlag{Name: "batch-tokens", Category: "Training", Value: sftDefault.BatchTokens, Usage: "rows × padded tokens of one optimizer step's batch"}
 	sftDeviceFlag    = &cli.StringFlag{Name: "device", Category: "Runtime", Value: sftDefault.Device, Usage: "where the policy trains: cpu, cuda or cuda:N"}
 	sftDTypeFlag     = &cli.StringFlag{Name: "dtype", Category: "Runtime", Usage: "weight precision: float32, bfloat16 or float16 (default: the checkpoint's)"}
-	sftThreadsFlag   = &cli.IntFlag{Name: "threads", Category: "Runtime", Usage: "libtorch intra-op threads (default: libtorch's choice)"}
 	sftSnapshotFlag  = &cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps (default: at each epoch's end only)"}
 )
 
@@ -53,7 +52,7 @@ from its last snapshot.`,
 		sftTaskFlag, sftPromptsFlag, sftIndexFlag, sftPolicyFlag, sftProtocolFlag, sftContextFlag, sftTurnsFlag,
 		sftTopKFlag, sftDropFlag, sftDistractFlag, sftQuestionsFlag, sftHeldOutFlag, sftEpochsFlag, sftLRFlag,
 		sftWarmupFlag, sftScheduleFlag, sftDecayFlag, sftGradNormFlag, sftBatchFlag, sftDeviceFlag, sftDTypeFlag,
-		sftThreadsFlag, sftSnapshotFlag),
+		torchflag.Threads, sftSnapshotFlag),
 	Action: runSFT,
 }
 
@@ -84,10 +83,8 @@ func runSFT(c *cli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	if n := c.Int(sftThreadsFlag.Name); n != 0 {
-		if err := torch.SetNumThreads(n); err != nil {
-			return app.Usage(fmt.Errorf("--threads: %w", err))
-		}
+	if err := torchflag.Apply(c); err != nil {
+		return err
 	}
 	in := sft.Inputs{Task: c.String(sftTaskFlag.Name), Prompts: c.String(sftPromptsFlag.Name),
 		Index: c.String(sftIndexFlag.Name), Policy: c.String(sftPolicyFlag.Name)}
