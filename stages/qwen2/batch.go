@@ -2,6 +2,7 @@ package qwen2
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -72,6 +73,25 @@ func (b Batch) Mask() []bool {
 	return out
 }
 
+// bias is Mask as the additive attention bias SDPA builds from a boolean mask: 0
+// where a query may read a slot and -inf elsewhere, same layout.
+func (b Batch) bias() []float32 {
+	keys := b.Past + b.Width
+	out := make([]float32, b.Rows*b.Width*keys)
+	inf := float32(math.Inf(-1))
+	for r := range b.Rows {
+		for j := range b.Width {
+			row := out[(r*b.Width+j)*keys : (r*b.Width+j+1)*keys]
+			for k := range row {
+				if k > b.Past+j || !b.Valid[r][k] {
+					row[k] = inf
+				}
+			}
+		}
+	}
+	return out
+}
+
 // tensors converts the batch to ids, pos: [rows, width] int64 and mask:
 // [rows, 1, width, past+width] bool on the model's device.
 func (m *Model) tensors(b Batch) (ids, pos, mask *ts.Tensor) {
@@ -80,6 +100,21 @@ func (m *Model) tensors(b Batch) (ids, pos, mask *ts.Tensor) {
 	pos = fromHost(b.Pos, shape, gotch.Int64, m.device)
 	mask = fromHost(b.Mask(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, gotch.Bool, m.device)
 	return ids, pos, mask
+}
+
+// inputs is tensors with the mask as its bias (see bias) in the model dtype, the
+// form hidden takes.
+func (m *Model) inputs(b Batch) (ids, pos, bias raw) {
+	shape := []int64{int64(b.Rows), int64(b.Width)}
+	ids = rawFromHost(b.IDs, shape, gotch.Int64, m.device)
+	pos = rawFromHost(b.Pos, shape, gotch.Int64, m.device)
+	bias = rawFromHost(b.bias(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, gotch.Float, m.device)
+	if m.dtype != gotch.Float {
+		f := bias
+		defer f.free()
+		bias = f.toDType(m.dtype)
+	}
+	return ids, pos, bias
 }
 
 // checkTokens validates a row of token ids against the vocabulary.

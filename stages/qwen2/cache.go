@@ -2,34 +2,36 @@ package qwen2
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // Cache holds every layer's keys and values for incremental decoding, preallocated
 // to a fixed number of slots so appending a token copies only that token. Slot s of
 // every row holds the token fed at step s of that row; which slots a query may see
 // is the mask's business (see Batch), so rows of different lengths share slots.
-// A Cache is owned by one decode loop; Drop frees it.
+// Keys are stored already multiplied by the attention's query/key scale (see
+// Attention.qkv). A Cache is owned by one decode loop; Drop frees it.
 type Cache struct {
 	layers   []layerCache
 	len, cap int64
+	device   gotch.Device
 }
 
 type layerCache struct {
-	k, v  *ts.Tensor // [batch, kvHeads, cap, headDim]
+	k, v  raw // [batch, kvHeads, cap, headDim]
 	cache *Cache
 }
 
 // NewCache allocates a cache for batch rows of up to capacity slots.
 func (m *Model) NewCache(batch, capacity int) *Cache {
-	c := &Cache{cap: int64(capacity)}
+	c := &Cache{cap: int64(capacity), device: m.device}
 	shape := []int64{int64(batch), int64(m.Config.NumKVHeads), int64(capacity), int64(m.Config.HeadDim())}
 	for range m.Layers {
 		c.layers = append(c.layers, layerCache{
-			k:     zeros(shape, m.dtype, m.device),
-			v:     zeros(shape, m.dtype, m.device),
+			k:     rawZeros(shape, m.dtype, m.device),
+			v:     rawZeros(shape, m.dtype, m.device),
 			cache: c,
 		})
 	}
@@ -46,33 +48,35 @@ func (c *Cache) layer(i int) *layerCache { return &c.layers[i] }
 
 func (c *Cache) advance(n int64) { c.len += n }
 
-// append writes k, v: [batch, kvHeads, seq, headDim] at the cache's current length,
-// drops them, and returns views of all filled slots including the new ones.
-func (l *layerCache) append(k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
-	start, n := l.cache.len, k.MustSize()[2]
+// append writes k, v: [batch, kvHeads, seq, headDim] at the cache's current length
+// and returns views of all filled slots including the new ones; the caller still
+// owns k and v.
+func (l *layerCache) append(k, v raw) (raw, raw) {
+	start, n := l.cache.len, k.size()[2]
 	if start+n > l.cache.cap {
 		panic(fmt.Sprintf("kv cache: %d slots used + %d new exceeds capacity %d", start, n, l.cache.cap))
 	}
-	for _, p := range [][2]*ts.Tensor{{l.k, k}, {l.v, v}} {
-		dst := narrow(p[0], 2, start, n)
-		if ds, ss := dst.MustSize(), p[1].MustSize(); fmt.Sprint(ds) != fmt.Sprint(ss) {
+	for _, p := range [2][2]raw{{l.k, k}, {l.v, v}} {
+		dst := p[0].narrow(2, start, n)
+		if ds, ss := dst.size(), p[1].size(); !slices.Equal(ds, ss) {
+			dst.free()
 			panic(fmt.Sprintf("kv cache: writing %v into slots %v", ss, ds))
 		}
-		dst.Copy_(p[1])
-		drop(dst, p[1])
+		dst.copyFrom(p[1])
+		dst.free()
 	}
-	return narrow(l.k, 2, 0, start+n), narrow(l.v, 2, 0, start+n)
+	return l.k.narrow(2, 0, start+n), l.v.narrow(2, 0, start+n)
 }
 
 // Keep retains the given batch rows, in that order, and frees the others; the
 // decode loop calls it to stop computing rows that have finished.
 func (c *Cache) Keep(rows []int64) {
-	idx := fromHost(rows, []int64{int64(len(rows))}, gotch.Int64, c.layers[0].k.MustDevice())
-	defer idx.MustDrop()
+	idx := rawFromHost(rows, []int64{int64(len(rows))}, gotch.Int64, c.device)
+	defer idx.free()
 	for i := range c.layers {
 		l := &c.layers[i]
-		k, v := indexSelect(l.k, 0, idx), indexSelect(l.v, 0, idx)
-		drop(l.k, l.v)
+		k, v := l.k.indexSelect(0, idx), l.v.indexSelect(0, idx)
+		freeAll(l.k, l.v)
 		l.k, l.v = k, v
 	}
 }
@@ -80,7 +84,10 @@ func (c *Cache) Keep(rows []int64) {
 // Drop frees the cache's tensors.
 func (c *Cache) Drop() {
 	for i := range c.layers {
-		drop(c.layers[i].k, c.layers[i].v)
-		c.layers[i].k, c.layers[i].v = nil, nil
+		l := &c.layers[i]
+		if l.k.c != nil {
+			freeAll(l.k, l.v)
+		}
+		l.k, l.v = raw{}, raw{}
 	}
 }

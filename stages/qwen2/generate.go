@@ -3,10 +3,11 @@ package qwen2
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 
 	"github.com/mempo/mempo/stages/qwen2/sample"
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // Finish reasons of a completion.
@@ -36,7 +37,9 @@ type Completion struct {
 // Generate continues every request in one batch with a KV cache. Prompts of
 // different lengths are right-padded and keep their own positions (see Batch); rows
 // that finish are dropped from the cache. Tokens are drawn on the host from each
-// row's float32 logits with that row's own random stream, one draw per token.
+// row's float32 logits with that row's own random stream, one draw per token, rows
+// spread over GOMAXPROCS goroutines. Each step feeds only the rows' newest tokens,
+// through projections fused once per call (see fused).
 //
 // Batch independence: a row's arithmetic is the same whatever its neighbours, but
 // libtorch may pick different GEMM kernels for different batch shapes, so logits can
@@ -66,8 +69,11 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		width = max(width, len(r.Prompt))
 	}
 	defer catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
-	prev := must1(ts.GradSetEnabled(false))
-	defer ts.GradSetEnabled(prev)
+	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
+	// autograd, which the in-place ops of the forward pass rely on.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer setGrad(setGrad(false))
 
 	out = make([]Completion, len(reqs))
 	rngs := make([]*rand.Rand, len(reqs))
@@ -83,19 +89,28 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	}
 	cache := m.NewCache(len(reqs), width+cfg.MaxNewTokens)
 	defer cache.Drop()
+	// Rows are sampled in parallel, one sampler per worker: a row's draw depends only
+	// on its logits and its own stream, so the split does not change any token.
+	samps := make([]*sample.Sampler, min(runtime.GOMAXPROCS(0), len(reqs)))
+	samps[0] = samp
+	for i := 1; i < len(samps); i++ {
+		samps[i], _ = sample.New(cfg)
+	}
+	picks := make([]pick, len(reqs))
+	fs := m.fuse()
+	defer freeFused(fs)
 	var valid [][]bool
 	for len(active) > 0 {
 		b := NewBatch(tokens, start, valid, cache.Len())
 		valid = b.Valid
-		logits := m.lastLogits(b, cache)
-		v := m.Config.VocabSize
+		logits := m.lastLogits(b, cache, fs)
+		pickRows(samps, logits, m.Config.VocabSize, active, rngs, picks[:len(active)])
 		var keep []int64
 		for row, req := range active {
-			tok, lp := samp.Pick(logits[row*v:(row+1)*v], rngs[req])
 			c := &out[req]
-			c.Tokens = append(c.Tokens, int64(tok))
-			c.LogProbs = append(c.LogProbs, float32(lp))
-			next := len(reqs[req].Prompt) + len(c.Tokens) - 1 // position of tok
+			c.Tokens = append(c.Tokens, int64(picks[row].tok))
+			c.LogProbs = append(c.LogProbs, float32(picks[row].lp))
+			next := len(reqs[req].Prompt) + len(c.Tokens) - 1 // position of the new token
 			switch {
 			case sample.Stopped(c.Tokens, cfg.Stop):
 				c.Finish = FinishStop
@@ -127,35 +142,67 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	return out, nil
 }
 
-// lastLogits runs b through the model and returns the float32 logits of each row's
-// last real token, [rows·vocab] on the host; only those rows go through the head.
-func (m *Model) lastLogits(b Batch, cache *Cache) []float32 {
-	ids, pos, mask := m.tensors(b)
-	h := m.Hidden(ids, pos, mask, cache)
-	drop(ids, pos, mask)
-	last := make([]int64, b.Rows)
-	for r := range b.Rows {
-		n := 0
-		for j := range b.Width {
-			if b.Valid[r][b.Past+j] {
-				n = j
-			}
-		}
-		last[r] = int64(r*b.Width + n)
-	}
-	idx := fromHost(last, []int64{int64(b.Rows)}, gotch.Int64, m.device)
-	flat := reshape(h, int64(b.Rows*b.Width), -1)
-	sel := indexSelect(flat, 0, idx)
-	drop(h, flat, idx)
-	logits := m.Logits(sel)
-	sel.MustDrop()
-	defer logits.MustDrop()
-	return toHost(logits)
+// pick is one sampled token and its log-probability.
+type pick struct {
+	tok int
+	lp  float64
 }
 
-func must1[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
+// pickRows samples row r of logits: [rows·vocab] with the stream of request
+// active[r] into picks[r], rows split over the samplers' goroutines.
+func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int, rngs []*rand.Rand, picks []pick) {
+	run := func(w, n int) {
+		for r := w; r < len(active); r += n {
+			tok, lp := samps[w].Pick(logits[r*vocab:(r+1)*vocab], rngs[active[r]])
+			picks[r] = pick{tok, lp}
+		}
 	}
-	return v
+	n := min(len(samps), len(active))
+	var wg sync.WaitGroup
+	fail := make([]any, n) // a worker's panic, raised again here for Generate's catch
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { fail[w] = recover() }()
+			run(w, n)
+		}()
+	}
+	run(0, n)
+	wg.Wait()
+	for _, f := range fail {
+		if f != nil {
+			panic(f)
+		}
+	}
+}
+
+// lastLogits runs b through the model (through fused projections fs when not nil)
+// and returns the float32 logits of each row's last real token, [rows·vocab] on the
+// host; only those rows go through the head.
+func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
+	ids, pos, bias := m.inputs(b)
+	h := m.hidden(ids, pos, bias, cache, fs)
+	freeAll(ids, pos, bias)
+	if b.Width > 1 {
+		last := make([]int64, b.Rows)
+		for r := range b.Rows {
+			n := 0
+			for j := range b.Width {
+				if b.Valid[r][b.Past+j] {
+					n = j
+				}
+			}
+			last[r] = int64(r*b.Width + n)
+		}
+		idx := rawFromHost(last, []int64{int64(b.Rows)}, gotch.Int64, m.device)
+		flat := h.reshape(int64(b.Rows*b.Width), -1)
+		sel := flat.indexSelect(0, idx)
+		freeAll(h, flat, idx)
+		h = sel
+	}
+	logits := m.logits(h) // [rows, vocab] or [rows, 1, vocab]
+	h.free()
+	defer logits.free()
+	return logits.host()
 }

@@ -64,8 +64,8 @@ func TestBatchIndependence(t *testing.T) {
 		prompts = append(prompts, r.Prompt)
 	}
 	full := NewBatch(prompts, make([]int, len(reqs)), nil, 0)
-	a := m.lastLogits(solo, nil)
-	b := m.lastLogits(full, nil)[:m.Config.VocabSize]
+	a := m.lastLogits(solo, nil, nil)
+	b := m.lastLogits(full, nil, nil)[:m.Config.VocabSize]
 	t.Logf("request 0 logits alone vs batch of %d: max |Δ| = %g", len(reqs), maxAbsDiff(a, b))
 }
 
@@ -247,6 +247,28 @@ func TestNoTensorLeaks(t *testing.T) {
 		drop(lp, ent)
 		if n := liveTensors(); n != base {
 			t.Fatalf("after LogProbTensor #%d: %d live tensors, want %d", i, n, base)
+		}
+	}
+}
+
+// TestGenerateNaN: a model whose logits are NaN fails with an error naming the
+// logit, under greedy and nucleus sampling alike, and frees its tensors.
+func TestGenerateNaN(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	n := m.Norm.Weight.MustSize()[0]
+	nan := make([]float32, n)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	set(t, m.Norm.Weight, nan)
+	base := liveTensors()
+	for _, cfg := range []sample.Config{{MaxNewTokens: 3}, {Temperature: 1, TopP: 0.9, MaxNewTokens: 3}} {
+		_, err := m.Generate(testRequests(3), cfg)
+		if err == nil || !strings.Contains(err.Error(), "is NaN") {
+			t.Errorf("Generate(%+v) with NaN logits = %v, want an error naming the NaN logit", cfg, err)
+		}
+		if got := liveTensors(); got != base {
+			t.Errorf("Generate(%+v) left %d live tensors, want %d", cfg, got, base)
 		}
 	}
 }

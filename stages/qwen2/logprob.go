@@ -2,6 +2,7 @@ package qwen2
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/sugarme/gotch"
@@ -57,11 +58,10 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 			return nil, fmt.Errorf("score: pair %d: %w", i, err)
 		}
 	}
-	prev, err := ts.GradSetEnabled(false)
-	if err != nil {
-		return nil, err
-	}
-	defer ts.GradSetEnabled(prev)
+	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer setGrad(setGrad(false))
 	out = make([]Scored, len(pairs))
 	for _, batch := range budgetBatches(pairs, cfg.TokenBudget) {
 		sub := make([]Pair, len(batch))
@@ -170,49 +170,58 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 		}
 		return lp, ent, nil
 	}
-	ids, pos, mask := m.tensors(b)
-	h := m.Hidden(ids, pos, mask, nil)
-	drop(ids, pos, mask)
-	idx := fromHost(at, []int64{n}, gotch.Int64, m.device)
-	flat := reshape(h, int64(b.Rows*b.Width), -1)
-	sel := indexSelect(flat, 0, idx)
-	drop(h, flat, idx)
-	defer sel.MustDrop()
-	tgt := fromHost(target, []int64{n, 1}, gotch.Int64, m.device)
-	defer tgt.MustDrop()
+	ids, pos, bias := m.inputs(b)
+	h := m.hidden(ids, pos, bias, nil, nil)
+	freeAll(ids, pos, bias)
+	idx := rawFromHost(at, []int64{n}, gotch.Int64, m.device)
+	flat := h.reshape(int64(b.Rows*b.Width), -1)
+	sel := flat.indexSelect(0, idx)
+	freeAll(h, flat, idx)
+	defer sel.free()
+	tgt := rawFromHost(target, []int64{n, 1}, gotch.Int64, m.device)
+	defer tgt.free()
 
-	var lps, ents []*ts.Tensor
+	var lps, ents []raw
 	for s := int64(0); s < n; s += int64(cfg.Chunk) {
 		c := min(int64(cfg.Chunk), n-s)
-		hc := narrow(sel, 0, s, c)
-		logits := m.Logits(hc) // [c, vocab] float32
-		hc.MustDrop()
+		hc := sel.narrow(0, s, c)
+		logits := m.logits(hc) // [c, vocab] float32
+		hc.free()
 		if cfg.Temperature != 1 {
-			t := divScalar(logits, cfg.Temperature)
-			logits.MustDrop()
+			t := logits.divScalar(cfg.Temperature)
+			logits.free()
 			logits = t
 		}
-		lse := logsumexpLast(logits) // [c]
-		tc := narrow(tgt, 0, s, c)
-		g := gather(logits, 1, tc)
-		gs := squeeze(g, 1)
-		lps = append(lps, sub(gs, lse))
-		drop(tc, g, gs)
+		lse := logits.logsumexpLast() // [c]
+		tc := tgt.narrow(0, s, c)
+		g := logits.gather(1, tc)
+		gs := g.squeeze(1)
+		lps = append(lps, gs.sub(lse))
+		freeAll(tc, g, gs)
 		if cfg.Entropy {
 			// H = lse − Σ softmax·logits
-			p := softmaxLast(logits)
-			pl := mul(p, logits)
-			sum := sumLast(pl)
-			ents = append(ents, sub(lse, sum))
-			drop(p, pl, sum)
+			p := logits.softmaxLastFloat()
+			pl := p.mul(logits)
+			sum := pl.sumLast()
+			ents = append(ents, lse.sub(sum))
+			freeAll(p, pl, sum)
 		}
-		drop(lse, logits)
+		freeAll(lse, logits)
 	}
-	lp = catDrop(lps)
+	lp = catFree(lps).wrap()
 	if cfg.Entropy {
-		ent = catDrop(ents)
+		ent = catFree(ents).wrap()
 	}
 	return lp, ent, nil
+}
+
+// catFree concatenates xs (at least one) along dim 0 and frees the parts.
+func catFree(xs []raw) raw {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	defer freeAll(xs...)
+	return rawCat(xs, 0)
 }
 
 // catDrop concatenates xs (at least one) along dim 0 and frees the parts.

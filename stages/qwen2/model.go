@@ -21,8 +21,14 @@ type Linear struct {
 }
 
 // Forward maps x: [..., in] to [..., out].
-func (l *Linear) Forward(x *ts.Tensor) *ts.Tensor {
-	return linear(x, l.Weight, l.Bias)
+func (l *Linear) Forward(x *ts.Tensor) *ts.Tensor { return l.forward(of(x)).wrap() }
+
+func (l *Linear) forward(x raw) raw {
+	b := none
+	if l.Bias != nil {
+		b = of(l.Bias)
+	}
+	return x.linear(of(l.Weight), b)
 }
 
 // RMSNorm is x / sqrt(mean(x²) + eps) · weight, computed in float32 and cast back
@@ -34,80 +40,28 @@ type RMSNorm struct {
 
 // Forward normalises x: [..., hidden] over its last dimension.
 func (n *RMSNorm) Forward(x *ts.Tensor) *ts.Tensor {
-	xf := toDType(x, gotch.Float)
-	sq := square(xf)
-	v := meanLast(sq)
-	ve := addScalar(v, n.Eps)
-	r := rsqrt(ve)
-	y := mul(xf, r)
-	yt := toDType(y, x.DType())
-	out := mul(n.Weight, yt)
-	drop(xf, sq, v, ve, r, y, yt)
-	return out
+	return n.forward(of(x), &pass{grad: gradEnabled()}).wrap()
 }
 
-// Attention is grouped-query self-attention with biased q/k/v projections and
-// rotary position embeddings.
-type Attention struct {
-	Q *Linear `st:"q_proj"` // [heads·headDim, hidden] with bias
-	K *Linear `st:"k_proj"` // [kvHeads·headDim, hidden] with bias
-	V *Linear `st:"v_proj"` // [kvHeads·headDim, hidden] with bias
-	O *Linear `st:"o_proj"` // [hidden, heads·headDim], no bias
-
-	heads, kvHeads, headDim int64
-}
-
-// Forward attends x: [batch, seq, hidden] at rotary tables cos, sin: [batch, 1, seq,
-// headDim] under mask: [batch, 1, seq, past+seq] (true = may attend). With a cache,
-// this layer's keys and values are written at slots [past, past+seq) and the
-// queries attend to all past+seq slots. It returns [batch, seq, hidden].
-func (a *Attention) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
-	size := x.MustSize()
-	b, t := size[0], size[1]
-	q := a.project(a.Q, x, a.heads, cos, sin)
-	k := a.project(a.K, x, a.kvHeads, cos, sin)
-	v := a.project(a.V, x, a.kvHeads, nil, nil)
-	if kv != nil {
-		k, v = kv.append(k, v)
+func (n *RMSNorm) forward(x raw, p *pass) raw {
+	dt := x.dtype()
+	xf := x
+	if dt != gotch.Float {
+		xf = x.toDType(gotch.Float)
 	}
-	if g := a.heads / a.kvHeads; g > 1 {
-		k, v = repeatKV(k, g), repeatKV(v, g)
+	sq := xf.square()
+	v := sq.meanLast()
+	sq.free()
+	v.addScalar_(n.Eps) // neither mean nor add saves its output for backward
+	v.rsqrt_()
+	y := xf.mul(v)
+	v.free()
+	if dt != gotch.Float {
+		yt := y.toDType(dt)
+		freeAll(y, xf)
+		y = yt
 	}
-	if ms := mask.MustSize(); ms[3] != k.MustSize()[2] || ms[2] != t {
-		panic(fmt.Sprintf("attention: mask %v for %d queries over keys %v", ms, t, k.MustSize()))
-	}
-	o := sdpa(q, k, v, mask)
-	ot := transpose(o, 1, 2)
-	or := reshape(ot, b, t, a.heads*a.headDim)
-	drop(q, k, v, o, ot)
-	defer or.MustDrop()
-	return a.O.Forward(or)
-}
-
-// project applies l to x: [batch, seq, hidden] and returns heads of
-// [batch, heads, seq, headDim], rotated when cos is given.
-func (a *Attention) project(l *Linear, x *ts.Tensor, heads int64, cos, sin *ts.Tensor) *ts.Tensor {
-	size := x.MustSize()
-	y := l.Forward(x)
-	yv := view(y, size[0], size[1], heads, a.headDim)
-	yt := transpose(yv, 1, 2)
-	drop(y, yv)
-	if cos == nil {
-		return yt
-	}
-	defer yt.MustDrop()
-	return rotate(yt, cos, sin)
-}
-
-// repeatKV expands x: [batch, kvHeads, seq, headDim] to [batch, kvHeads·g, seq,
-// headDim] so query head h reads kv head h/g, as HF's repeat_kv; it drops x.
-func repeatKV(x *ts.Tensor, g int64) *ts.Tensor {
-	s := x.MustSize()
-	u := unsqueeze(x, 2)
-	e := expand(u, s[0], s[1], g, s[2], s[3])
-	out := reshape(e, s[0], s[1]*g, s[2], s[3])
-	drop(x, u, e)
-	return out
+	return p.mul(y, of(n.Weight)) // y·weight is weight·y bit for bit
 }
 
 // MLP is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
@@ -119,13 +73,23 @@ type MLP struct {
 
 // Forward maps x: [batch, seq, hidden] to [batch, seq, hidden].
 func (m *MLP) Forward(x *ts.Tensor) *ts.Tensor {
-	g := m.Gate.Forward(x)
-	sg := silu(g)
-	u := m.Up.Forward(x)
-	h := mul(sg, u)
-	drop(g, sg, u)
-	defer h.MustDrop()
-	return m.Down.Forward(h)
+	return m.forward(of(x), &pass{grad: gradEnabled()}, nil).wrap()
+}
+
+// forward is Forward, through f's fused gate and up projection when f is not nil.
+func (m *MLP) forward(x raw, p *pass, f *fused) raw {
+	var g, u raw
+	if f == nil {
+		g, u = m.Gate.forward(x), m.Up.forward(x)
+	} else {
+		gu := x.linear(f.gateUp, none)
+		g, u = gu.narrow(-1, 0, f.inter), gu.narrow(-1, f.inter, f.inter)
+		gu.free()
+	}
+	h := p.mul(p.silu(g), u)
+	u.free()
+	defer h.free()
+	return m.Down.forward(h)
 }
 
 // DecoderLayer is one pre-norm transformer block.
@@ -139,15 +103,21 @@ type DecoderLayer struct {
 // Forward maps x: [batch, seq, hidden] to [batch, seq, hidden] (see Attention.Forward
 // for cos, sin, mask and kv).
 func (l *DecoderLayer) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
-	n := l.InputNorm.Forward(x)
-	a := l.Attn.Forward(n, cos, sin, mask, kv)
-	n.MustDrop()
-	r := add(x, a)
-	a.MustDrop()
-	n = l.PostNorm.Forward(r)
-	m := l.MLP.Forward(n)
-	out := add(r, m)
-	drop(n, m, r)
+	p := callerPass(x, cos, sin, mask, l.Attn.headDim)
+	defer p.free()
+	return l.forward(of(x), p, kv, nil).wrap()
+}
+
+func (l *DecoderLayer) forward(x raw, p *pass, kv *layerCache, f *fused) raw {
+	n := l.InputNorm.forward(x, p)
+	r := l.Attn.forward(n, p, kv, f)
+	n.free()
+	r.add_(x) // the residual x + attn, which commutes bit for bit; o_proj saves only its input
+	n = l.PostNorm.forward(r, p)
+	out := l.MLP.forward(n, p, f)
+	n.free()
+	out.add_(r)
+	r.free()
 	return out
 }
 
@@ -170,37 +140,62 @@ type Model struct {
 // hidden states [batch, seq, hidden]. With a cache, past = cache.Len(); the new
 // keys and values are appended and the cache advances by seq.
 func (m *Model) Hidden(ids, pos, mask *ts.Tensor, cache *Cache) *ts.Tensor {
-	h := embedding(m.Embed, ids)
-	cos, sin := m.rope.at(pos)
+	bias := maskBias(of(mask), m.dtype)
+	defer bias.free()
+	return m.hidden(of(ids), of(pos), bias, cache, nil).wrap()
+}
+
+// hidden is Hidden with the mask given as an additive bias: [b, 1, t, past+t] in
+// the model dtype (see maskBias), through fused projections fs when not nil.
+func (m *Model) hidden(ids, pos, bias raw, cache *Cache, fs []fused) raw {
+	size := ids.size()
+	b, t := size[0], size[1]
+	past := int64(0)
+	if cache != nil {
+		past = cache.len
+	}
+	if bs := bias.size(); len(bs) != 4 || bs[0] != b || bs[1] != 1 || bs[2] != t || bs[3] != past+t {
+		panic(fmt.Sprintf("attention: mask %v for ids %v after %d cached slots, want [%d 1 %d %d]", bs, size, past, b, t, past+t))
+	}
+	p := &pass{b: b, t: t, keys: past + t, headDim: m.rope.d, bias: bias, grad: gradEnabled()}
+	p.cos, p.sin = m.rope.at(pos, b, t)
+	p.bias5 = bias.view(b, 1, 1, t, past+t)
+	defer p.free()
+	h := of(m.Embed).embedding(ids)
 	for i, l := range m.Layers {
 		var kv *layerCache
 		if cache != nil {
 			kv = cache.layer(i)
 		}
-		next := l.Forward(h, cos, sin, mask, kv)
-		h.MustDrop()
+		var f *fused
+		if fs != nil {
+			f = &fs[i]
+		}
+		next := l.forward(h, p, kv, f)
+		h.free()
 		h = next
 	}
-	drop(cos, sin)
 	if cache != nil {
-		cache.advance(ids.MustSize()[1])
+		cache.advance(t)
 	}
-	defer h.MustDrop()
-	return m.Norm.Forward(h)
+	defer h.free()
+	return m.Norm.forward(h, p)
 }
 
 // Logits maps hidden states h: [..., hidden] to float32 logits [..., vocab].
-func (m *Model) Logits(h *ts.Tensor) *ts.Tensor {
+func (m *Model) Logits(h *ts.Tensor) *ts.Tensor { return m.logits(of(h)).wrap() }
+
+func (m *Model) logits(h raw) raw {
 	w := m.Embed
 	if m.LMHead != nil {
 		w = m.LMHead.Weight
 	}
-	y := linear(h, w, nil)
-	if y.DType() == gotch.Float {
+	y := h.linear(of(w), none)
+	if m.dtype == gotch.Float {
 		return y
 	}
-	defer y.MustDrop()
-	return toDType(y, gotch.Float)
+	defer y.free()
+	return y.toDType(gotch.Float)
 }
 
 // Forward is Logits(Hidden(ids, pos, mask, cache)): float32 [batch, seq, vocab].

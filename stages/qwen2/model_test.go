@@ -43,8 +43,9 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
 	return out
 }
 
-// liveTensors counts tensors gotch has created and not yet freed.
-func liveTensors() int { return len(ts.ExistingTensors) }
+// liveTensors counts tensors gotch has created and not yet freed, and the raw
+// handles of this package's hot paths not yet freed.
+func liveTensors() int { return len(ts.ExistingTensors) + int(liveRaws.Load()) }
 
 // fullLogits runs one forward over each sequence alone and returns [pos][vocab].
 func fullLogits(m *Model, seq []int64) [][]float32 {

@@ -7,7 +7,12 @@ import (
 
 // rope holds the rotary tables for every position up to max_position_embeddings.
 type rope struct {
-	cos, sin *ts.Tensor // [maxPositions, headDim] in the model dtype
+	cos *ts.Tensor // [maxPositions, headDim] in the model dtype
+	// sin is the sine table with its first half negated, so that rotate_half(x)·sin
+	// is roll(x, headDim/2)·sin: negating a factor is exact, so the products are
+	// bit for bit HF's [-x₂, x₁]·sin, in one op instead of four.
+	sin *ts.Tensor // [maxPositions, headDim] in the model dtype
+	d   int64      // headDim
 }
 
 // newRope builds the tables with the same float32 ops, in the same order, as HF's
@@ -30,34 +35,50 @@ func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
 	freqs.MustDrop()
 	cos := must(emb.Cos(false))
 	sin := must(emb.Sin(true))
-	return &rope{
-		cos: must(must(cos.Totype(dtype, true)).To(dev, true)),
-		sin: must(must(sin.Totype(dtype, true)).To(dev, true)),
-	}
+	cos = must(must(cos.Totype(dtype, true)).To(dev, true))
+	sin = must(must(sin.Totype(dtype, true)).To(dev, true))
+	defer sin.MustDrop()
+	return &rope{cos: cos, sin: signHalf(sin), d: d}
 }
 
-// at gathers the tables at pos: [batch, seq] int64 into cos, sin: [batch, 1, seq, headDim].
-func (r *rope) at(pos *ts.Tensor) (cos, sin *ts.Tensor) {
-	s := pos.MustSize()
-	flat := reshape(pos, -1)
-	d := r.cos.MustSize()[1]
-	c, s2 := indexSelect(r.cos, 0, flat), indexSelect(r.sin, 0, flat)
-	cos, sin = view(c, s[0], 1, s[1], d), view(s2, s[0], 1, s[1], d)
-	drop(flat, c, s2)
+// signHalf is x: [..., d] with its first d/2 entries of the last dimension negated.
+func signHalf(x *ts.Tensor) *ts.Tensor {
+	r := of(x)
+	s := r.size()
+	d := s[len(s)-1]
+	lo, hi := r.narrow(-1, 0, d/2), r.narrow(-1, d/2, d/2)
+	n := lo.neg()
+	out := rawCat([]raw{n, hi}, -1)
+	lo.free()
+	hi.free()
+	n.free()
+	return out.wrap()
+}
+
+// at gathers the tables at pos: [batch, seq] int64 into cos, sin: [batch, seq, 1,
+// headDim], sin signed as in rope.sin.
+func (r *rope) at(pos raw, b, t int64) (cos, sin raw) {
+	flat := pos.reshape(-1)
+	d := r.d
+	c, s := of(r.cos).indexSelect(0, flat), of(r.sin).indexSelect(0, flat)
+	cos, sin = c.view(b, t, 1, d), s.view(b, t, 1, d)
+	flat.free()
+	c.free()
+	s.free()
 	return cos, sin
 }
 
-// rotate applies the rotation to x: [batch, heads, seq, headDim] with Qwen2's
+// rotate applies the rotation to x: [batch, seq, heads, headDim] with Qwen2's
 // rotate_half convention, x·cos + [-x₂, x₁]·sin where x₁, x₂ are the two halves of
-// the last dimension (not interleaved pairs).
-func rotate(x, cos, sin *ts.Tensor) *ts.Tensor {
-	d := x.MustSize()[3]
-	x1, x2 := narrow(x, 3, 0, d/2), narrow(x, 3, d/2, d/2)
-	n2 := neg(x2)
-	rh := cat([]*ts.Tensor{n2, x1}, 3)
-	a, b := mul(x, cos), mul(rh, sin)
-	out := add(a, b)
-	drop(x1, x2, n2, rh, a, b)
+// the last dimension (not interleaved pairs); cos, sin: [batch, seq, 1, headDim]
+// from at. Same ops on the same values as HF's apply_rotary_pos_emb.
+func rotate(x, cos, sin raw, p *pass) raw {
+	d := p.headDim
+	out := x.mul(cos)
+	rh := x.roll(d / 2)
+	rh = p.mul(rh, sin)
+	out.add_(rh)
+	rh.free()
 	return out
 }
 
