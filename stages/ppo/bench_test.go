@@ -27,11 +27,15 @@ func benchSamples(rng *rand.Rand, n, ctx, resp, vocab int) []Sample {
 	return out
 }
 
-// benchTrainer builds the "tiny" preset (the demo's policy) with trainable weights.
-func benchTrainer(b *testing.B) (*trainer, *update.AdamW) {
-	cfg, err := qwen2.Preset("tiny", 0)
+// benchTrainer builds a preset with trainable weights; layers > 0 truncates it (the
+// 0.5B-shaped preset keeps Qwen2.5-0.5B's widths and vocabulary with fewer layers).
+func benchTrainer(b *testing.B, preset string, layers int) (*trainer, *update.AdamW) {
+	cfg, err := qwen2.Preset(preset, 0)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if layers > 0 {
+		cfg.NumLayers, cfg.MaxWindowLayers = layers, layers
 	}
 	m, err := qwen2.New(cfg, qwen2.Options{})
 	if err != nil {
@@ -83,24 +87,30 @@ func miniBatch(b *testing.B, tr *trainer, adam *update.AdamW, samples []Sample, 
 
 // BenchmarkUpdateTiny measures forward+backward throughput of the update on the tiny
 // preset: 16 turns of 192 context and 64 response tokens, one pass.
-func BenchmarkUpdateTiny(b *testing.B) {
-	tr, adam := benchTrainer(b)
-	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), 16, 192, 64, tr.m.Config.VocabSize)
+func BenchmarkUpdateTiny(b *testing.B) { benchUpdate(b, "tiny", 0, 16) }
+
+// BenchmarkUpdate05BShape2L is the same on Qwen2.5-0.5B's widths and 151936-token
+// vocabulary with two layers and 2 turns per mini-batch (the head dominates).
+func BenchmarkUpdate05BShape2L(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shape", 2, 2) }
+
+func benchUpdate(b *testing.B, preset string, layers, turns int) {
+	tr, adam := benchTrainer(b, preset, layers)
+	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), turns, 192, 64, tr.m.Config.VocabSize)
 	start := time.Now()
 	n := 0
 	for b.Loop() {
 		miniBatch(b, tr, adam, samples, 0)
 		n++
 	}
-	b.ReportMetric(float64(n*16*64)/time.Since(start).Seconds(), "resp_tokens/s")
-	b.ReportMetric(float64(n*16*256)/time.Since(start).Seconds(), "tokens/s")
+	b.ReportMetric(float64(n*turns*64)/time.Since(start).Seconds(), "resp_tokens/s")
+	b.ReportMetric(float64(n*turns*256)/time.Since(start).Seconds(), "tokens/s")
 }
 
 // BenchmarkAccumulationOverhead is the cost of gradient accumulation: the time of a
 // mini-batch split into micro-batches of four turns, over the time of the same
 // mini-batch in one pass (ratio, 1 = free).
 func BenchmarkAccumulationOverhead(b *testing.B) {
-	tr, adam := benchTrainer(b)
+	tr, adam := benchTrainer(b, "tiny", 0)
 	samples := benchSamples(rand.New(rand.NewPCG(2, 2)), 16, 192, 64, tr.m.Config.VocabSize)
 	var whole, split time.Duration
 	for b.Loop() {

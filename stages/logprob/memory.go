@@ -1,0 +1,185 @@
+package logprob
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/stages/qwen2"
+)
+
+// target is the memory pass's teacher-forced continuation for one question: the
+// answer tag, then a*. Only a*'s tokens are scored (DESIGN.md §7).
+type target struct {
+	ids  []int64 // tag, then a*
+	from int     // index of a*'s first token in ids
+}
+
+// answerTarget tokenizes "<answer>" + a*, where a* joins the first alias of each
+// objective. The pair is encoded as one string, as the rollout generated it (tags are
+// special tokens of our tokenizers, so the split after the tag is exact); should the
+// tag's tokens merge with a*'s, the tag and a* are encoded apart instead.
+func answerTarget(tok *bpe.Tokenizer, cfg Config, golds [][]string) (target, error) {
+	if len(golds) == 0 {
+		return target{}, fmt.Errorf("no objectives in the golds")
+	}
+	first := make([]string, len(golds))
+	for k, aliases := range golds {
+		if len(aliases) == 0 || aliases[0] == "" {
+			return target{}, fmt.Errorf("objective %d has no gold alias", k)
+		}
+		first[k] = aliases[0]
+	}
+	answer := joinAnswers(first, cfg.AnswerSeparator)
+	tag := tok.Encode(cfg.AnswerOpen)
+	ids := tok.Encode(cfg.AnswerOpen + answer)
+	if !slices.Equal(ids[:min(len(tag), len(ids))], tag) {
+		ids = append(slices.Clone(tag), tok.Encode(answer)...)
+	}
+	if len(ids) == len(tag) {
+		return target{}, fmt.Errorf("gold answer %q encodes to no tokens", answer)
+	}
+	return target{ids: widen(ids), from: len(tag)}, nil
+}
+
+func joinAnswers(a []string, sep string) string {
+	out := a[0]
+	for _, s := range a[1:] {
+		out += sep + s
+	}
+	return out
+}
+
+// widen converts token ids to the model's int64.
+func widen(ids []int32) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// hasMemory reports whether a turn wrote a memory: its span is not empty. The span
+// was checked against the response before.
+func hasMemory(r *format.Rollout) bool { return r.MemEnd > r.MemStart }
+
+// memoryPlan is the memory pass of one shard: the trees to score and, for every branch,
+// the shard row whose probability it gives.
+type memoryPlan struct {
+	full, mem       []qwen2.Tree
+	fullRow, memRow [][]int // [tree][branch] → row index
+}
+
+// memRowCap bounds the packed width of one P_mem tree over a prompt of n tokens. The
+// attention mask is dense, so each branch in a row also attends (masked) to every
+// branch before it; at twice the prompt a row still costs less than its branches as
+// separate sequences (each re-reading the prompt), and far less than one unbounded row.
+func memRowCap(n int) int { return max(2*n, 256) }
+
+// planMemory lays out the memory pass of a shard's trajectories. trajs are runs of
+// rows, in order (format.Trajectories); targets maps uid to its answer target.
+//
+// P_full: one tree per trajectory whose trunk is the stitched trajectory — turn-0
+// prompt, then response and observation of every turn — up to the history of its last
+// memory turn, with one answer copy per memory turn t continuing the prefix that ends
+// before turn t. P_mem: one trunk per run of trajectories with the same uid and turn-0
+// prompt (the samples of a GRPO group), with one branch per memory turn holding the
+// memory span and the answer, split into trees of at most memRowCap tokens.
+func planMemory(file string, trajs [][]format.Rollout, targets map[string]target, maxPos int) (memoryPlan, error) {
+	var p memoryPlan
+	var group *qwen2.Tree // the P_mem tree being filled
+	var groupRows []int
+	var groupUID string
+	var groupPrompt []int32
+	flush := func() {
+		if group != nil && len(group.Branches) > 0 {
+			p.mem = append(p.mem, *group)
+			p.memRow = append(p.memRow, groupRows)
+		}
+		group, groupRows = nil, nil
+	}
+	base := 0
+	for _, tr := range trajs {
+		tg := targets[tr[0].UID]
+		prompt := tr[0].PromptIDs
+		if tr[0].UID != groupUID || !slices.Equal(prompt, groupPrompt) {
+			flush()
+		}
+		groupUID, groupPrompt = tr[0].UID, prompt
+		trunk := widen(prompt)
+		var full qwen2.Tree
+		var fullRows []int
+		for t := range tr {
+			r, row := &tr[t], base+t
+			if hasMemory(r) {
+				if n := len(trunk) + len(tg.ids); n > maxPos {
+					return p, fmt.Errorf("%s: %s: P_full needs %d positions (history %d + answer %d), the model has %d: %w",
+						file, where(row, r), n, len(trunk), len(tg.ids), maxPos, ErrContext)
+				}
+				full.Branches = append(full.Branches, qwen2.Branch{Prefix: len(trunk), IDs: tg.ids, From: tg.from})
+				fullRows = append(fullRows, row)
+
+				mem := widen(r.ResponseIDs[r.MemStart:r.MemEnd])
+				ids := append(mem, tg.ids...)
+				if n := len(prompt) + len(ids); n > maxPos {
+					return p, fmt.Errorf("%s: %s: P_mem needs %d positions (prompt %d + memory %d + answer %d), the model has %d: %w",
+						file, where(row, r), n, len(prompt), len(mem), len(tg.ids), maxPos, ErrContext)
+				}
+				if group != nil && len(ids)+widthOf(group) > memRowCap(len(prompt)) {
+					flush()
+				}
+				if group == nil {
+					group = &qwen2.Tree{Trunk: widen(prompt)}
+				}
+				group.Branches = append(group.Branches, qwen2.Branch{Prefix: len(prompt), IDs: ids, From: len(mem) + tg.from})
+				groupRows = append(groupRows, row)
+			}
+			trunk = append(trunk, widen(r.ResponseIDs)...)
+			trunk = append(trunk, widen(r.ObservationIDs)...)
+		}
+		if len(full.Branches) > 0 {
+			last := full.Branches[len(full.Branches)-1].Prefix
+			full.Trunk = trunk[:last:last]
+			p.full = append(p.full, full)
+			p.fullRow = append(p.fullRow, fullRows)
+		}
+		base += len(tr)
+	}
+	flush()
+	return p, nil
+}
+
+func widthOf(t *qwen2.Tree) int {
+	n := len(t.Trunk)
+	for _, b := range t.Branches {
+		n += len(b.IDs)
+	}
+	return n
+}
+
+// geoMean is exp(mean(lp)): the geometric mean of the token probabilities.
+func geoMean(lp []float32) float64 {
+	s := 0.0
+	for _, v := range lp {
+		s += float64(v)
+	}
+	return math.Exp(s / float64(len(lp)))
+}
+
+// probs scores trees and writes each branch's geometric-mean probability into
+// out[row] for the row rows[tree][branch] names.
+func probs(m *qwen2.Model, trees []qwen2.Tree, rows [][]int, cfg qwen2.ScoreConfig, out []*float32) error {
+	lps, err := m.BranchLogProbs(trees, cfg)
+	if err != nil {
+		return err
+	}
+	for i := range trees {
+		for b, row := range rows[i] {
+			v := float32(geoMean(lps[i][b]))
+			out[row] = &v
+		}
+	}
+	return nil
+}

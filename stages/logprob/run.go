@@ -1,0 +1,336 @@
+package logprob
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/stages/qwen2"
+)
+
+// TokenizerFile is the tokenizer's file name inside a checkpoint directory.
+const TokenizerFile = "tokenizer.json"
+
+// Inputs are what the stage reads.
+type Inputs struct {
+	Rollouts string // rollouts dataset
+	Prompts  string // prompts dataset holding the golds; needed by the memory pass
+	Policy   string // checkpoint that generated the rollouts (the old policy)
+	Ref      string // frozen reference checkpoint
+}
+
+// Run writes a logprobs dataset with one shard per rollouts shard, rows in the
+// rollouts' (uid, sample, turn) order. Every rollout row must carry the policy
+// checkpoint's digest (jobs.DirDigest), else ErrPolicy. When the reference checkpoint
+// has the same digest as the policy, its log-probs are the old ones and no second pass
+// runs. Models load on the first shard that needs them, so a cache hit loads nothing.
+func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MemoryPass && in.Prompts == "" {
+		return nil, fmt.Errorf("logprob: the memory pass needs the prompts dataset with the golds (--prompts): %w", ErrConfig)
+	}
+	rolls, err := format.OpenDataset(in.Rollouts)
+	if err != nil {
+		return nil, fmt.Errorf("logprob: rollouts: %w", err)
+	}
+	spec.Inputs = nil
+	add := func(in format.Input, err error) error {
+		if err != nil {
+			return fmt.Errorf("logprob: %w", err)
+		}
+		spec.Inputs = append(spec.Inputs, in)
+		return nil
+	}
+	if err := add(jobs.DatasetInput("rollouts", in.Rollouts)); err != nil {
+		return nil, err
+	}
+	if cfg.MemoryPass {
+		if err := add(jobs.DatasetInput("prompts", in.Prompts)); err != nil {
+			return nil, err
+		}
+	}
+	if err := add(jobs.DirInput("policy", in.Policy)); err != nil {
+		return nil, err
+	}
+	if err := add(jobs.DirInput("ref", in.Ref)); err != nil {
+		return nil, err
+	}
+	log := spec.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := len(spec.Inputs)
+	st := &state{cfg: cfg, in: in, log: log,
+		policyDigest: strings.TrimPrefix(spec.Inputs[n-2].Digest, "dir:"),
+		reuseRef:     spec.Inputs[n-2].Digest == spec.Inputs[n-1].Digest}
+	defer st.drop()
+	spec.Stage, spec.Kind, spec.SchemaVersion = "logprob", format.KindLogprobs, format.LogprobsVersion
+	spec.Config, spec.Shards, spec.Summarize = cfg, rolls.Len(), summarize
+	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
+		return st.shard(rolls, w)
+	})
+}
+
+// state holds what the shards share: the models and golds, loaded once on first use.
+type state struct {
+	cfg          Config
+	in           Inputs
+	log          *slog.Logger
+	policyDigest string
+	reuseRef     bool
+
+	loaded      bool
+	policy, ref *qwen2.Model // ref is nil when reuseRef
+	tok         *bpe.Tokenizer
+	targets     map[string]target
+}
+
+func (s *state) drop() {
+	if s.policy != nil {
+		s.policy.Drop()
+	}
+	if s.ref != nil {
+		s.ref.Drop()
+	}
+}
+
+func (s *state) load() error {
+	if s.loaded {
+		return nil
+	}
+	opt := qwen2.Options{Device: s.cfg.Device}
+	var err error
+	if s.policy, err = qwen2.Load(s.in.Policy, opt); err != nil {
+		return fmt.Errorf("logprob: policy: %w", err)
+	}
+	if s.reuseRef {
+		s.log.Info("reference checkpoint has the policy's digest: reusing the old log-probs as ref log-probs, no reference pass",
+			"policy", s.in.Policy, "ref", s.in.Ref, "digest", s.policyDigest[:12])
+	} else {
+		if err := sameTokenizer(s.in.Policy, s.in.Ref); err != nil {
+			return err
+		}
+		if s.ref, err = qwen2.Load(s.in.Ref, opt); err != nil {
+			return fmt.Errorf("logprob: ref: %w", err)
+		}
+		if a, b := s.policy.Config.VocabSize, s.ref.Config.VocabSize; a != b {
+			return fmt.Errorf("logprob: ref %s: vocab_size %d, policy %s has %d: checkpoint/tokenizer mismatch: %w",
+				s.in.Ref, b, s.in.Policy, a, ErrInput)
+		}
+	}
+	if s.cfg.MemoryPass {
+		if err := s.loadTargets(); err != nil {
+			return err
+		}
+	}
+	s.loaded = true
+	return nil
+}
+
+// sameTokenizer fails when both checkpoints hold a tokenizer.json and they differ: the
+// reference would then score other tokens than the ids the policy generated.
+func sameTokenizer(policy, ref string) error {
+	a, errA := os.ReadFile(filepath.Join(policy, TokenizerFile))
+	b, errB := os.ReadFile(filepath.Join(ref, TokenizerFile))
+	if errA == nil && errB == nil && !bytes.Equal(a, b) {
+		return fmt.Errorf("logprob: %s differs from %s: the reference must share the policy's tokenizer: %w",
+			filepath.Join(ref, TokenizerFile), filepath.Join(policy, TokenizerFile), ErrInput)
+	}
+	return nil
+}
+
+// loadTargets tokenizes every question's gold answer with the policy's tokenizer.
+func (s *state) loadTargets() error {
+	path := filepath.Join(s.in.Policy, TokenizerFile)
+	tok, err := bpe.Load(path)
+	if err != nil {
+		return fmt.Errorf("logprob: policy tokenizer (the memory pass encodes the gold answers with it): %w", err)
+	}
+	if err := s.policy.Config.CheckVocab(tok.VocabSize()); err != nil {
+		return fmt.Errorf("logprob: %s: %w", path, err)
+	}
+	s.tok = tok
+	d, err := format.OpenDataset(s.in.Prompts)
+	if err != nil {
+		return fmt.Errorf("logprob: prompts: %w", err)
+	}
+	r, err := format.OpenShards[format.Prompt](d)
+	if err != nil {
+		return fmt.Errorf("logprob: prompts: %w", err)
+	}
+	defer r.Close()
+	s.targets = map[string]target{}
+	for r.Next() {
+		p := r.Row()
+		tg, err := answerTarget(tok, s.cfg, p.Golds)
+		if err != nil {
+			return fmt.Errorf("logprob: prompts %s: uid %s: %v: %w", s.in.Prompts, p.UID, err, ErrInput)
+		}
+		s.targets[p.UID] = tg
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("logprob: prompts: %w", err)
+	}
+	return nil
+}
+
+func where(i int, r *format.Rollout) string {
+	return fmt.Sprintf("row %d (uid %s sample %d turn %d)", i, r.UID, r.Sample, r.Turn)
+}
+
+// check validates one rollout row before anything is computed for it.
+func (s *state) check(file string, i int, r *format.Rollout) error {
+	at := func(format string, args ...any) string {
+		return file + ": " + where(i, r) + ": " + fmt.Sprintf(format, args...)
+	}
+	if d := strings.TrimPrefix(r.PolicyDigest, "dir:"); d != s.policyDigest {
+		return fmt.Errorf("%s: %w", at("policy_digest %.12s…, --policy %s has %.12s…: rerun the rollouts with this policy or pass the checkpoint that generated them",
+			d, s.in.Policy, s.policyDigest), ErrPolicy)
+	}
+	if r.MemStart < 0 || r.MemEnd < r.MemStart || int(r.MemEnd) > len(r.ResponseIDs) {
+		return fmt.Errorf("%s: %w", at("memory span [%d, %d) outside the response's %d tokens", r.MemStart, r.MemEnd, len(r.ResponseIDs)), ErrInput)
+	}
+	if len(r.PromptIDs) == 0 {
+		return fmt.Errorf("%s: %w", at("empty prompt_ids: the first response token needs a context"), ErrInput)
+	}
+	mc := s.policy.Config
+	if n := len(r.PromptIDs) + len(r.ResponseIDs); n > mc.MaxPositions {
+		return fmt.Errorf("%s: %w", at("prompt %d + response %d tokens exceed max_position_embeddings %d", len(r.PromptIDs), len(r.ResponseIDs), mc.MaxPositions), ErrContext)
+	}
+	for _, col := range []struct {
+		name string
+		ids  []int32
+	}{{"prompt_ids", r.PromptIDs}, {"response_ids", r.ResponseIDs}, {"observation_ids", r.ObservationIDs}} {
+		for j, id := range col.ids {
+			if id < 0 || int(id) >= mc.VocabSize {
+				return fmt.Errorf("%s: %w", at("column %q: token %d at index %d outside the model vocabulary [0, %d): tokenizer/model vocab mismatch",
+					col.name, id, j, mc.VocabSize), ErrInput)
+			}
+		}
+	}
+	if s.cfg.MemoryPass {
+		if _, ok := s.targets[r.UID]; !ok {
+			return fmt.Errorf("%s: %w", at("uid not in the prompts dataset %s, so its gold answer is unknown", s.in.Prompts), ErrInput)
+		}
+	}
+	return nil
+}
+
+func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
+	if err := s.load(); err != nil {
+		return err
+	}
+	file := rolls.Path(w.Shard)
+	rd, err := format.OpenShard[format.Rollout](rolls, w.Shard)
+	if err != nil {
+		return fmt.Errorf("logprob: %w", err)
+	}
+	rows, err := format.ReadAll(rd)
+	if err != nil {
+		return fmt.Errorf("logprob: %w", err)
+	}
+	trajs, err := format.Trajectories(rows)
+	if err != nil {
+		return fmt.Errorf("logprob: %s: %w", file, err)
+	}
+	var tokens int64
+	pairs := make([]qwen2.Pair, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		if err := s.check(file, i, r); err != nil {
+			return err
+		}
+		pairs[i] = qwen2.Pair{Context: widen(r.PromptIDs), Response: widen(r.ResponseIDs)}
+		tokens += int64(len(r.PromptIDs) + len(r.ResponseIDs))
+	}
+	out := make([]format.Logprob, len(rows))
+	for i, r := range rows {
+		out[i] = format.Logprob{UID: r.UID, Sample: r.Sample, Turn: r.Turn}
+	}
+	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
+	old, err := s.policy.LogProbs(pairs, sc)
+	if err != nil {
+		return fmt.Errorf("logprob: %s: old pass: %w", file, err)
+	}
+	for i := range rows {
+		if err := finite(old[i].LogProbs); err != nil {
+			return fmt.Errorf("logprob: %s: %s: old_logprobs: %v: %w", file, where(i, &rows[i]), err, ErrNonFinite)
+		}
+		out[i].OldLogprobs = old[i].LogProbs
+		out[i].RefLogprobs = old[i].LogProbs
+	}
+	if s.ref != nil {
+		ref, err := s.ref.LogProbs(pairs, sc)
+		if err != nil {
+			return fmt.Errorf("logprob: %s: ref pass: %w", file, err)
+		}
+		for i := range rows {
+			if err := finite(ref[i].LogProbs); err != nil {
+				return fmt.Errorf("logprob: %s: %s: ref_logprobs: %v: %w", file, where(i, &rows[i]), err, ErrNonFinite)
+			}
+			out[i].RefLogprobs = ref[i].LogProbs
+		}
+	}
+	if s.cfg.MemoryPass {
+		if err := s.memory(file, rows, trajs, out); err != nil {
+			return err
+		}
+	}
+	written, err := format.WriteFile(w.Path, out)
+	if err != nil {
+		return fmt.Errorf("logprob: %w", err)
+	}
+	w.Add(written.Rows, tokens)
+	return nil
+}
+
+// memory fills p_mem and p_full of every memory turn of the shard.
+func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Rollout, out []format.Logprob) error {
+	plan, err := planMemory(file, trajs, s.targets, s.policy.Config.MaxPositions)
+	if err != nil {
+		return fmt.Errorf("logprob: %w", err)
+	}
+	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk}
+	pMem := make([]*float32, len(rows))
+	pFull := make([]*float32, len(rows))
+	if err := probs(s.policy, plan.full, plan.fullRow, sc, pFull); err != nil {
+		return fmt.Errorf("logprob: %s: memory pass (P_full): %w", file, err)
+	}
+	if err := probs(s.policy, plan.mem, plan.memRow, sc, pMem); err != nil {
+		return fmt.Errorf("logprob: %s: memory pass (P_mem): %w", file, err)
+	}
+	for i := range rows {
+		for _, c := range []struct {
+			name string
+			p    *float32
+		}{{"p_mem", pMem[i]}, {"p_full", pFull[i]}} {
+			if c.p != nil && !isFinite(*c.p) {
+				return fmt.Errorf("logprob: %s: %s: %s = %v: %w", file, where(i, &rows[i]), c.name, *c.p, ErrNonFinite)
+			}
+		}
+		out[i].PMem, out[i].PFull = pMem[i], pFull[i]
+	}
+	return nil
+}
+
+func isFinite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+
+// finite names the first NaN or infinite value of lp.
+func finite(lp []float32) error {
+	for j, v := range lp {
+		if !isFinite(v) {
+			return fmt.Errorf("token %d is %v", j, v)
+		}
+	}
+	return nil
+}

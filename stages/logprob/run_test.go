@@ -1,0 +1,222 @@
+package logprob
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/sugarme/gotch/ts"
+)
+
+func maxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	d := 0.0
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// TestRunOldMatchesSampling: rollouts sampled by qwen2.Generate at temperature 1 get
+// old log-probs equal to their sampling log-probs (1e-4: the KV-cache decode and the
+// one-forward scoring reduce in different orders); a reference with the policy's
+// digest is not run again; a rerun is a cache hit.
+func TestRunOldMatchesSampling(t *testing.T) {
+	f := newFixture(t, 3, 3)
+	var log bytes.Buffer
+	spec := jobs.Spec{Log: slog.New(slog.NewTextHandler(&log, nil))}
+	base := liveTensors()
+	res, got := f.run(t, testConfig(), "logprobs", spec)
+	if n := liveTensors(); n != base {
+		t.Errorf("Run left %d live tensors, want %d", n, base)
+	}
+	rows := slices.Concat(f.rolls...)
+	if res.Hit || len(got) != len(rows) || len(res.Manifest.Outputs) != len(f.rolls) {
+		t.Fatalf("Run = hit %v, %d rows in %d shards; want a fresh run, %d rows in %d shards",
+			res.Hit, len(got), len(res.Manifest.Outputs), len(rows), len(f.rolls))
+	}
+	for i, r := range rows {
+		if k := key(got[i]); k != key(format.Logprob{UID: r.UID, Sample: r.Sample, Turn: r.Turn}) {
+			t.Fatalf("row %d is %s, want the rollouts' order", i, k)
+		}
+		if d := maxAbsDiff(got[i].OldLogprobs, r.SamplingLogprobs); d > 1e-4 {
+			t.Errorf("%s: max |old − sampling| = %g, want <= 1e-4", key(got[i]), d)
+		}
+		if diff := cmp.Diff(got[i].OldLogprobs, got[i].RefLogprobs); diff != "" {
+			t.Errorf("%s: ref == policy, yet ref_logprobs differ (-old +ref):\n%s", key(got[i]), diff)
+		}
+	}
+	memories := 0
+	for i := range rows {
+		if hasMemory(&rows[i]) {
+			memories++
+		}
+	}
+	if m := res.Manifest.Metrics; m["turns"] != float64(len(rows)) || m["memory_turns"] != float64(memories) {
+		t.Errorf("manifest metrics turns %v memory_turns %v, want %d and %d", m["turns"], m["memory_turns"], len(rows), memories)
+	}
+	if !strings.Contains(log.String(), "reusing the old log-probs") {
+		t.Errorf("log does not say the reference pass was skipped:\n%s", log.String())
+	}
+	again, _ := f.run(t, testConfig(), "logprobs", jobs.Spec{})
+	if !again.Hit {
+		t.Errorf("second Run: hit false, want a cache hit")
+	}
+	off := testConfig()
+	off.MemoryPass = false
+	res, got = f.run(t, off, "logprobs", jobs.Spec{})
+	if res.Hit {
+		t.Errorf("Run with --memory-pass=false: cache hit, want a recompute")
+	}
+	for _, r := range got {
+		if r.PMem != nil || r.PFull != nil {
+			t.Fatalf("%s: memory pass off, yet p_mem %v p_full %v", key(r), r.PMem, r.PFull)
+		}
+	}
+}
+
+// TestRunRefPass: a reference with other weights gets its own pass, equal to scoring
+// the rollouts with that model directly.
+func TestRunRefPass(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	ref := newModel(t, f.tok, 99, nil)
+	f.in.Ref = filepath.Join(f.dir, "ref")
+	save(t, ref, f.tok, f.in.Ref)
+	ref.Drop()
+	_, got := f.run(t, testConfig(), "logprobs", jobs.Spec{})
+	m := loadModel(t, f.in.Ref)
+	rows := slices.Concat(f.rolls...)
+	var pairs []qwen2.Pair
+	for _, r := range rows {
+		pairs = append(pairs, qwen2.Pair{Context: widen(r.PromptIDs), Response: widen(r.ResponseIDs)})
+	}
+	want, err := m.LogProbs(pairs, qwen2.ScoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if d := maxAbsDiff(got[i].RefLogprobs, want[i].LogProbs); d > 1e-5 {
+			t.Errorf("%s: max |ref − direct| = %g, want <= 1e-5", key(got[i]), d)
+		}
+		if maxAbsDiff(got[i].RefLogprobs, got[i].OldLogprobs) < 1e-3 {
+			t.Errorf("%s: ref_logprobs equal old_logprobs, want the reference model's own", key(got[i]))
+		}
+	}
+}
+
+// TestRunBadInput: each bad input is an error of its class naming the row, and nothing
+// is published.
+func TestRunBadInput(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	good := f.rolls
+	nan := newModel(t, f.tok, 7, nil)
+	nanDir := filepath.Join(f.dir, "nan")
+	fill := ts.MustOfSlice(slices.Repeat([]float32{float32(math.NaN())}, int(nan.Embed.Numel())))
+	shaped := fill.MustView(nan.Embed.MustSize(), true)
+	nan.Embed.Copy_(shaped)
+	shaped.MustDrop()
+	save(t, nan, f.tok, nanDir)
+	nan.Drop()
+
+	tests := []struct {
+		name   string
+		edit   func(rows []format.Rollout) // applied to shard 0; the error must name its row 1
+		policy string                      // "" keeps the fixture's
+		want   error
+		msg    string
+	}{
+		{"digest mismatch", func(rs []format.Rollout) { rs[1].PolicyDigest = "0123456789abcdef" }, "", ErrPolicy, "policy_digest 0123456789ab"},
+		{"memory span past the response", func(rs []format.Rollout) { rs[1].MemStart, rs[1].MemEnd = 1, int32(len(rs[1].ResponseIDs)+1) }, "", ErrInput, "memory span"},
+		{"memory span reversed", func(rs []format.Rollout) { rs[1].MemStart, rs[1].MemEnd = 2, 1 }, "", ErrInput, "memory span [2, 1)"},
+		{"unknown uid", func(rs []format.Rollout) {
+			for j := range rs {
+				rs[j].UID = "q0"
+			}
+		}, "", ErrInput, "row 0 (uid q0 sample 0 turn 0): uid not in the prompts"},
+		{"sequence too long", func(rs []format.Rollout) { rs[1].PromptIDs = make([]int32, 4096) }, "", ErrContext, "max_position_embeddings 4096"},
+		{"history too long", func(rs []format.Rollout) { rs[0].ObservationIDs = make([]int32, 4090) }, "", ErrContext, "P_full needs"},
+		{"token outside vocab", func(rs []format.Rollout) { rs[1].ResponseIDs[0] = 1 << 20 }, "", ErrInput, "response_ids"},
+		{"NaN log-probs", nil, nanDir, ErrNonFinite, "old_logprobs"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.rolls = make([][]format.Rollout, len(good))
+			for s := range good {
+				f.rolls[s] = slices.Clone(good[s])
+			}
+			f.dir = t.TempDir()
+			f.in.Policy, f.in.Ref = filepath.Join(filepath.Dir(nanDir), "policy"), filepath.Join(filepath.Dir(nanDir), "policy")
+			if tt.policy != "" {
+				f.in.Policy, f.in.Ref = tt.policy, tt.policy
+				d, _ := jobs.DirDigest(tt.policy)
+				for s := range f.rolls {
+					for j := range f.rolls[s] {
+						f.rolls[s][j].PolicyDigest = d
+					}
+				}
+			}
+			if tt.edit != nil {
+				for j := range f.rolls[0] {
+					f.rolls[0][j].ResponseIDs = slices.Clone(f.rolls[0][j].ResponseIDs)
+				}
+				tt.edit(f.rolls[0])
+			}
+			f.writeInputs(t)
+			out := filepath.Join(f.dir, "logprobs")
+			_, err := Run(context.Background(), testConfig(), f.in, jobs.Spec{Out: out})
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("case %d: Run = %v, want %v mentioning %q", i, err, tt.want, tt.msg)
+			}
+			if tt.edit != nil && !strings.Contains(err.Error(), "row 1 (uid") && !strings.Contains(tt.msg, "row 0") {
+				t.Errorf("Run = %v, want the error to name row 1", err)
+			}
+			if _, err := format.OpenDataset(out); !errors.Is(err, format.ErrNotDataset) {
+				t.Errorf("after a failed run, OpenDataset = %v, want ErrNotDataset (nothing published)", err)
+			}
+		})
+	}
+}
+
+// TestRunResume: a run that fails after its first shard is recorded, rerun, resumes
+// from that shard and publishes exactly the bytes of an uninterrupted run.
+func TestRunResume(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	res, _ := f.run(t, testConfig(), "whole", jobs.Spec{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	spec := jobs.Spec{Out: filepath.Join(f.dir, "resumed"), Trace: func(step jobs.Step, shard int) {
+		if step == jobs.StepRecorded && shard == 0 {
+			cancel()
+		}
+	}}
+	if _, err := Run(ctx, testConfig(), f.in, spec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted Run = %v, want context.Canceled", err)
+	}
+	if _, err := format.OpenDataset(spec.Out); !errors.Is(err, format.ErrNotDataset) {
+		t.Fatalf("after an interrupted run, OpenDataset = %v, want ErrNotDataset", err)
+	}
+	spec.Trace = nil
+	again, err := Run(context.Background(), testConfig(), f.in, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Resumed != 1 {
+		t.Errorf("rerun resumed %d shards, want 1", again.Resumed)
+	}
+	if a, b := res.Manifest.Digest(), again.Manifest.Digest(); a != b {
+		t.Errorf("resumed output digest %s, uninterrupted %s: want identical", b, a)
+	}
+}
