@@ -5,6 +5,8 @@
 SHELL := /bin/bash
 GO_TORCH := build/go.sh
 REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+# Changes whenever the source does (even uncommitted edits), so pipelines rerun after it.
+CODE_VERSION := $(REVISION)$(shell git diff HEAD 2>/dev/null | sha256sum | cut -c1-12)
 LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/...
@@ -23,6 +25,7 @@ libtorch:
 build: libtorch
 	@mkdir -p bin
 	$(GO_TORCH) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	@[ "$$(cat bin/CODE_VERSION 2>/dev/null)" = "$(CODE_VERSION)" ] || echo "$(CODE_VERSION)" > bin/CODE_VERSION
 
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
 test: test-build fixtures test-pure test-torch
@@ -43,8 +46,10 @@ test-torch: libtorch
 bench: libtorch
 	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...
 
+# The main job: the embedded default end to end (pipelines/demo.mk), then its table.
 demo: build
-	@pipelines/demo.sh
+	@$(MAKE) --no-print-directory -f pipelines/demo.mk run
+	@echo; cat runs/demo/eval/results.md; echo; echo "plots: runs/demo/eval/*.png"
 
 clean:
 	rm -rf bin runs

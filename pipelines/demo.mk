@@ -3,6 +3,7 @@
 # both RL variants and the full-context agent. Sized for about 15 minutes on 2 cores.
 RUN_DIR  ?= runs/demo
 SEED     ?= 1
+PROTOCOL ?= pipelines/demo-protocol.json
 ITERS    ?= 2
 VARIANTS ?= mempo grpo
 

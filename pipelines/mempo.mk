@@ -27,6 +27,9 @@ UPDATE_FLAGS   ?= --lr 1e-5 --mini-batches 2
 EVAL_FLAGS     ?= --max-turns 8 --max-new-tokens 64
 STAGE_FLAGS    ?= --progress plain --log-level warn
 SEED           ?= 1
+# PROTOCOL, when set, is the turn format every stage uses (tags, prompt); see stages/protocol.
+PROTOCOL       ?=
+PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 
 TASK  := $(RUN_DIR)/task
 INDEX := $(RUN_DIR)/index
@@ -45,11 +48,11 @@ $(TASK)/task.json: $(CODE)
 $(INDEX)/mempo_index.json: $(TASK)/task.json
 	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@
 
-$(INIT)/init.json: $(TASK)/task.json
-	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(INIT_FLAGS) --out $(INIT) && touch $@
+$(INIT)/init.json: $(TASK)/task.json $(PROTOCOL)
+	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
 $(SFT)/checkpoint.json: $(INIT)/init.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(SFT_FLAGS) $(STAGE_FLAGS) --out $(SFT) && touch $@
+	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(STAGE_FLAGS) --out $(SFT) && touch $@
 
 # policy_dir(variant, k): the policy iteration k+1 starts from (k = 0: the SFT model).
 policy_dir = $(if $(filter 0,$(2)),$(SFT),$(RUN_DIR)/$(1)/iter-$(2)/policy)
@@ -61,12 +64,12 @@ $(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
 $$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
 	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --index $(INDEX) \
 	  --prompt-offset $$$$(( ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
-	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
-	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
-	  $(LOGPROB_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  $(PROTO) $(LOGPROB_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifest.json $$($(1)_ITER_$(2))/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
 	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
@@ -84,7 +87,7 @@ FINAL = $(call policy_dir,$(1),$(ITERS))
 
 EVAL_POLICIES = --policy sft=$(SFT) $(foreach v,$(VARIANTS),--policy $(v)=$(call FINAL,$(v))) --policy full=$(SFT)@full
 $(EVAL)/results.md: $(SFT)/checkpoint.json $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
-	$(BIN)/mempo eval --task $(TASK) --index $(INDEX) $(EVAL_POLICIES) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL) && touch $@
+	$(BIN)/mempo eval --task $(TASK) --index $(INDEX) $(EVAL_POLICIES) $(PROTO) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL) && touch $@
 
 # The training curves: mean reward and KL to the reference per iteration.
 $(EVAL)/reward_vs_iter.png: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)

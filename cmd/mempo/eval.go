@@ -26,6 +26,7 @@ var (
 	evalTaskFlag  = &cli.StringFlag{Name: "task", Category: "Inputs", TakesFile: true, Usage: "task `DIR` from 'mempo gen-task': its test sets, and the facts behind each question for the retention figure"}
 	evalTestFlag  = &cli.StringSliceFlag{Name: "test", Category: "Inputs", Usage: "`K=DIR`: a prompts dataset of K-objective questions (instead of, or besides, --task's test sets)"}
 	evalIndexFlag = &cli.StringFlag{Name: "index", Category: "Inputs", Required: true, TakesFile: true, Usage: "BM25 index `DIR` to search"}
+	evalProtoFlag = &cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE` the policies were trained with (default: the built-in MemPO format)"}
 	evalNFlag     = &cli.IntFlag{Name: "n", Category: "Eval", Value: 1, Usage: "trajectories per question (1 with --temperature 0 is greedy)"}
 	evalTempFlag  = &cli.Float64Flag{Name: "temperature", Category: "Eval", Value: 0, Usage: "sampling temperature; 0 is greedy"}
 	evalTurnsFlag = &cli.IntFlag{Name: "max-turns", Category: "Eval", Value: 16, Usage: "turn budget per trajectory"}
@@ -41,7 +42,7 @@ var evalCommand = &cli.Command{
 then results.md, results.csv, f1_vs_k.png and pt_vs_k.png are written to --out and the table
 is printed. A rerun recomputes only what changed.`,
 	Flags: append(app.Clone(app.OutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag),
-		app.Clone(evalPolicyFlag, evalTaskFlag, evalTestFlag, evalIndexFlag, evalNFlag, evalTempFlag,
+		app.Clone(evalPolicyFlag, evalTaskFlag, evalTestFlag, evalIndexFlag, evalProtoFlag, evalNFlag, evalTempFlag,
 			evalTurnsFlag, evalTokFlag, evalLimitFlag, evalPPSFlag, torchflag.Threads)...),
 	Action: runEval,
 }
@@ -153,6 +154,13 @@ func evalOne(c *cli.Context, base jobs.Spec, p evalPolicy, set testSet) (eval.Ru
 	cfg.N, cfg.Context, cfg.Temperature = c.Int(evalNFlag.Name), p.context, c.Float64(evalTempFlag.Name)
 	cfg.MaxTurns, cfg.MaxNewTokens = c.Int(evalTurnsFlag.Name), c.Int(evalTokFlag.Name)
 	cfg.PromptLimit, cfg.PromptsPerShard = c.Int(evalLimitFlag.Name), c.Int(evalPPSFlag.Name)
+	if path := c.String(evalProtoFlag.Name); path != "" {
+		p, err := protocol.Load(path)
+		if err != nil {
+			return run, err
+		}
+		cfg.Protocol = p
+	}
 	spec := base
 	spec.Out = run.Rollouts
 	in := rollout.Inputs{Prompts: set.dir, Policy: p.dir, Index: c.String(evalIndexFlag.Name)}

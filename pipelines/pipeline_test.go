@@ -1,0 +1,94 @@
+package pipelines
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// tiny sizes the whole DAG to run in about a minute: a small world, a few SFT steps,
+// two iterations of two prompts × two samples per variant, two questions per test set.
+var tiny = []string{
+	"ITERS=2", "VARIANTS=mempo grpo", "PROMPTS_PER_ITER=2", "PROTOCOL=demo-protocol.json",
+	"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --test-k 2,4",
+	"INIT_FLAGS=--vocab 600",
+	"SFT_FLAGS=--questions 4 --epochs 1 --max-turns 3 --threads 1",
+	"ROLLOUT_FLAGS=--n 2 --max-turns 3 --max-new-tokens 16 --threads 1",
+	"LOGPROB_FLAGS=--threads 1",
+	"UPDATE_FLAGS=--lr 1e-4 --mini-batches 1 --threads 1",
+	"EVAL_FLAGS=--limit 2 --max-turns 3 --max-new-tokens 16 --threads 1",
+	"STAGE_FLAGS=--progress none --log-level warn",
+}
+
+// TestPipeline runs pipelines/mempo.mk end to end with the real binaries: task, index,
+// init, SFT, two MemPO and two GRPO iterations, evaluation and curves. A second make
+// runs no stage at all, and deleting one iteration's advantages recomputes only that
+// stage: every other stage that make reruns is a cache hit.
+func TestPipeline(t *testing.T) {
+	if os.Getenv("CGO_ENABLED") == "0" {
+		t.Skip("builds the tensor binaries, so it runs in make test-torch, not in the cgo-free pass")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatalf("make not found: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/...")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "CODE_VERSION"), []byte("test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	make := func(targets ...string) string {
+		t.Helper()
+		args := append([]string{"--no-print-directory", "-f", "mempo.mk", "BIN=" + bin, "RUN_DIR=" + run}, tiny...)
+		cmd := exec.Command("make", append(args, targets...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %v: %v\n%s", targets, err, out)
+		}
+		return string(out)
+	}
+
+	make("run")
+	table, err := os.ReadFile(filepath.Join(run, "eval", "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{"| sft | 2 |", "| mempo | 4 |", "| grpo | 2 |", "| full | 4 |"} {
+		if !strings.Contains(string(table), row) {
+			t.Errorf("results.md has no row %q:\n%s", row, table)
+		}
+	}
+	for _, f := range []string{"f1_vs_k.png", "pt_vs_k.png", "reward_vs_iter.png", "kl_vs_iter.png"} {
+		if st, err := os.Stat(filepath.Join(run, "eval", f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+
+	if out := make("run"); strings.Contains(out, bin) {
+		t.Errorf("second make ran stages, want nothing to do:\n%s", out)
+	}
+
+	if err := os.RemoveAll(filepath.Join(run, "mempo", "iter-1", "advantages")); err != nil {
+		t.Fatal(err)
+	}
+	out := make("run")
+	wrote := regexp.MustCompile(`(?m)^(\S+): wrote `).FindAllStringSubmatch(out, -1)
+	if len(wrote) != 1 || wrote[0][1] != "advantage" {
+		t.Errorf("after deleting iter-1 advantages, stages that wrote output = %v, want only advantage:\n%s", wrote, out)
+	}
+	for _, stage := range []string{"mempo-update", "mempo-rollout"} {
+		if !strings.Contains(out, stage) {
+			t.Errorf("make did not rerun %s downstream of the advantages (as a cache hit):\n%s", stage, out)
+		}
+	}
+	if regexp.MustCompile(`--out \S*/grpo/`).MatchString(out) {
+		t.Errorf("deleting mempo's advantages reran grpo stages:\n%s", out)
+	}
+}
