@@ -6,9 +6,9 @@ import (
 	"runtime"
 
 	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/mempo/mempo/stages/update"
 	"github.com/sugarme/gotch"
-	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -22,9 +22,9 @@ type trainer struct {
 // trainable marks every weight of m as a leaf that accumulates gradients and returns
 // them as the optimizer's parameters, named by their safetensors keys.
 func trainable(m *qwen2.Model) (ps []update.Param, err error) {
-	defer catch("mark weights trainable", &err)
+	defer torch.Catch("mark weights trainable", &err)
 	for _, w := range m.Weights() {
-		inplace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
 		ps = append(ps, update.Param{Name: w.Key, T: w.Tensor})
 	}
 	return ps, nil
@@ -54,9 +54,9 @@ func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err 
 		return st, err
 	}
 	var live []*ts.Tensor
-	defer func() { drop(live...) }()
+	defer func() { torch.Drop(live...) }()
 	live = append(live, lp, ent)
-	defer catch(fmt.Sprintf("micro-batch of %d samples", len(batch)), &err)
+	defer torch.Catch(fmt.Sprintf("micro-batch of %d samples", len(batch)), &err)
 
 	dev := t.m.Device()
 	rows := int64(len(batch))
@@ -110,8 +110,8 @@ func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err 
 	live = append(live, h)
 	st.Entropy = hv
 	if t.obj.EntropyCoef != 0 {
-		scaled := must(h.MulScalar(ts.FloatScalar(t.obj.EntropyCoef), false))
-		total := must(loss.Sub(scaled, false))
+		scaled := torch.Must(h.MulScalar(ts.FloatScalar(t.obj.EntropyCoef), false))
+		total := torch.Must(loss.Sub(scaled, false))
 		live = append(live, scaled, total)
 		loss = total
 		st.Total -= t.obj.EntropyCoef * hv
@@ -119,70 +119,26 @@ func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err 
 	if math.IsNaN(st.Total) || math.IsInf(st.Total, 0) {
 		return st, fmt.Errorf("loss %v (pg_loss %v, kl %v, entropy %v): %w", st.Total, st.Loss, st.KL, st.Entropy, update.ErrNonFinite)
 	}
-	check(loss.Backward())
+	torch.Check(loss.Backward())
 	return st, nil
 }
 
 // padded lays the flat per-token values x: [n] out as [rows, width] through idx:
 // [rows·width] (values n select the appended zero).
 func padded(x, idx *ts.Tensor, shape []int64) *ts.Tensor {
-	z := must(ts.Zeros([]int64{1}, x.DType(), x.MustDevice()))
-	ext := must(ts.Cat([]*ts.Tensor{x, z}, 0))
+	z := torch.Must(ts.Zeros([]int64{1}, x.DType(), x.MustDevice()))
+	ext := torch.Must(ts.Cat([]*ts.Tensor{x, z}, 0))
 	z.MustDrop()
-	sel := must(ext.IndexSelect(0, idx, true))
-	return must(sel.View(shape, true))
+	sel := torch.Must(ext.IndexSelect(0, idx, true))
+	return torch.Must(sel.View(shape, true))
 }
 
 // hostTensor copies data into a new tensor of the given shape on dev.
 func hostTensor[T float32 | int64](data []T, shape []int64, dev gotch.Device) *ts.Tensor {
-	t := must(ts.OfSlice(data))
-	v := must(t.View(shape, true))
+	t := torch.Must(ts.OfSlice(data))
+	v := torch.Must(t.View(shape, true))
 	if dev == gotch.CPU {
 		return v
 	}
-	return must(v.To(dev, true))
-}
-
-// gotch's Must* functions call log.Fatal on a libtorch error; this package calls the
-// error-returning variants through must, and catch turns the panic into an error.
-func must(t *ts.Tensor, err error) *ts.Tensor {
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
-
-func check(err error) {
-	if err != nil {
-		panic(err)
-	}
-}
-
-func drop(xs ...*ts.Tensor) {
-	for _, x := range xs {
-		if x != nil {
-			x.MustDrop()
-		}
-	}
-}
-
-func catch(what string, err *error) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("%s: %w", what, e)
-			return
-		}
-		*err = fmt.Errorf("%s: %v", what, r)
-	}
-}
-
-// inplace runs one of gotch's generated in-place ops on t and frees the handle it
-// supersedes (the wrapper overwrites t's handle without deleting the old one, which
-// would keep the storage alive; see stages/update/tensor.go).
-func inplace(t *ts.Tensor, op func() error) {
-	old := t.Ctensor()
-	check(op())
-	if t.Ctensor() != old {
-		lib.AtFree(lib.Ctensor(old))
-	}
+	return torch.Must(v.To(dev, true))
 }

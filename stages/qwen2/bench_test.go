@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
 )
@@ -51,7 +52,7 @@ func benchForward(b *testing.B, m *Model, batch, seq int) {
 	}
 	bt := NewBatch(rows, make([]int, batch), nil, 0)
 	ids, pos, mask := m.tensors(bt)
-	defer drop(ids, pos, mask)
+	defer torch.Drop(ids, pos, mask)
 	flops := gemmFLOPS()
 	b.ResetTimer()
 	for b.Loop() {

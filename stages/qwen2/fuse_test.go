@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // TestFusedMatchesSeparate decodes the same batch through the fused projections
@@ -65,7 +67,7 @@ func TestLayerForwardMatchesHidden(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	b := NewBatch([][]int64{{1, 2, 3, 4}, {5, 6}}, []int{0, 3}, nil, 0)
 	ids, pos, mask := m.tensors(b)
-	defer drop(ids, pos, mask)
+	defer torch.Drop(ids, pos, mask)
 	want := m.Hidden(ids, pos, mask, nil)
 	defer want.MustDrop()
 
@@ -82,7 +84,7 @@ func TestLayerForwardMatchesHidden(t *testing.T) {
 		h = next
 	}
 	got := m.Norm.Forward(h)
-	drop(sin, flat, c, s, cos4, sin4, h)
+	torch.Drop(sin, flat, c, s, cos4, sin4, h)
 	defer got.MustDrop()
 	if n := liveTensors(); n != base+1 {
 		t.Errorf("live tensors = %d, want %d (baseline + result)", n, base+1)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 )
 
@@ -68,7 +69,7 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		}
 		width = max(width, len(r.Prompt))
 	}
-	defer catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
+	defer torch.Catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
 	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
 	// autograd, which the in-place ops of the forward pass rely on.
 	runtime.LockOSThread()

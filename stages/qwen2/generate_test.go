@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/stages/torch"
 )
 
 func testRequests(n int) []Request {
@@ -244,7 +245,7 @@ func TestNoTensorLeaks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drop(lp, ent)
+		torch.Drop(lp, ent)
 		if n := liveTensors(); n != base {
 			t.Fatalf("after LogProbTensor #%d: %d live tensors, want %d", i, n, base)
 		}

@@ -9,6 +9,8 @@ import (
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // TestLogProbGradients runs LogProbTensor with gradients, as the PPO update does,
@@ -36,14 +38,14 @@ func TestLogProbGradients(t *testing.T) {
 	a, b := of(lp).sumLast(), of(ent).sumLast()
 	loss := a.add(b).wrap()
 	freeAll(a, b)
-	drop(lp, ent)
+	torch.Drop(lp, ent)
 	defer loss.MustDrop()
 	if err := loss.Backward(); err != nil {
 		t.Fatalf("backward: %v", err)
 	}
 	var bias, grad []float32
 	for _, w := range m.Weights() {
-		g := must(w.Tensor.Grad(false))
+		g := torch.Must(w.Tensor.Grad(false))
 		vals := toHost(g)
 		g.MustDrop()
 		for i, v := range vals {
@@ -70,7 +72,7 @@ func TestLogProbGradients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer drop(lp, ent)
+		defer torch.Drop(lp, ent)
 		sum := 0.0
 		for _, v := range append(toHost(lp), toHost(ent)...) {
 			sum += float64(v)

@@ -53,7 +53,7 @@ func New(cfg Config, opt Options) (m *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer catch("allocate qwen2 model", &err)
+	defer torch.Catch("allocate qwen2 model", &err)
 	h, kv := int64(cfg.HiddenSize), int64(cfg.NumKVHeads*cfg.HeadDim())
 	alloc := func(shape ...int64) *ts.Tensor { return empty(shape, dtype, dev) }
 	lin := func(out, in int64, bias bool) *Linear {
@@ -157,7 +157,7 @@ func (m *Model) params() []param {
 // its own PCG stream keyed by (seed, key), so values do not depend on device, dtype
 // or the order tensors are visited.
 func (m *Model) Init(seed uint64) (err error) {
-	defer catch("init qwen2 weights", &err)
+	defer torch.Catch("init qwen2 weights", &err)
 	std := m.Config.InitializerRange
 	if std <= 0 {
 		std = 0.02
@@ -243,7 +243,7 @@ func Load(dir string, opt Options) (m *Model, err error) {
 }
 
 func (m *Model) read(set *safetensors.Set) (err error) {
-	defer catch("read weights", &err)
+	defer torch.Catch("read weights", &err)
 	seen := map[string]bool{}
 	for _, p := range m.params() {
 		info, ok := set.Info(p.key)
@@ -286,7 +286,7 @@ func (m *Model) read(set *safetensors.Set) (err error) {
 // model.safetensors, or shards of at most maxShardBytes plus the index when larger
 // (maxShardBytes <= 0 never shards). HF transformers loads the result unchanged.
 func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
-	defer catch("save qwen2 model to "+dir, &err)
+	defer torch.Catch("save qwen2 model to "+dir, &err)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save qwen2 model: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // Pair is one (context, response) sequence to score: log π(response | context).
@@ -77,7 +79,7 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 		if ent != nil {
 			entv = toHost(ent)
 		}
-		drop(lp, ent)
+		torch.Drop(lp, ent)
 		off := 0
 		for _, i := range batch {
 			n := len(pairs[i].Response)
@@ -149,7 +151,7 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 			return nil, nil, fmt.Errorf("pair %d: %w", i, err)
 		}
 	}
-	defer catch(fmt.Sprintf("log-probs of %d pairs", len(pairs)), &err)
+	defer torch.Catch(fmt.Sprintf("log-probs of %d pairs", len(pairs)), &err)
 	seqs := make([][]int64, len(pairs))
 	var at, target []int64 // flat index of the predicting position, and its target
 	for i, p := range pairs {
@@ -230,6 +232,6 @@ func catDrop(xs []*ts.Tensor) *ts.Tensor {
 		return xs[0]
 	}
 	out := cat(xs, 0)
-	drop(xs...)
+	torch.Drop(xs...)
 	return out
 }

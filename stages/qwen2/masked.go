@@ -6,6 +6,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // Branch is a continuation of the first Prefix tokens of a Tree's trunk.
@@ -217,7 +219,7 @@ var treeChunk = 256
 // through a KV cache, and returns the scored log-probs flattened tree by tree, branch
 // by branch.
 func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err error) {
-	defer catch(fmt.Sprintf("branch log-probs of %d trees", len(trees)), &err)
+	defer torch.Catch(fmt.Sprintf("branch log-probs of %d trees", len(trees)), &err)
 	p := pack(trees)
 	n := int64(len(p.at))
 	if n == 0 {
@@ -227,7 +229,7 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 	cache := m.NewCache(p.rows, w)
 	defer cache.Drop()
 	var parts []*ts.Tensor // selected hidden states, chunk by chunk
-	defer func() { drop(parts...) }()
+	defer func() { torch.Drop(parts...) }()
 	var order []int64 // order[k] = index into p.at of the k-th selected state
 	for s := 0; s < w; s += treeChunk {
 		k := min(treeChunk, w-s)
@@ -255,7 +257,7 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 		pt := fromHost(pos, shape, gotch.Int64, m.device)
 		mt := fromHost(mask, []int64{int64(p.rows), 1, int64(k), int64(s + k)}, gotch.Bool, m.device)
 		h := m.Hidden(it, pt, mt, cache)
-		drop(it, pt, mt)
+		torch.Drop(it, pt, mt)
 		if len(sel) == 0 {
 			h.MustDrop()
 			continue
@@ -263,7 +265,7 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 		flat := reshape(h, int64(p.rows*k), -1)
 		idx := fromHost(sel, []int64{int64(len(sel))}, gotch.Int64, m.device)
 		parts = append(parts, indexSelect(flat, 0, idx))
-		drop(h, flat, idx)
+		torch.Drop(h, flat, idx)
 	}
 	all := cat(parts, 0) // [n, hidden] in chunk order
 	// inverse[i] = row of all holding p.at[i]'s state
@@ -273,7 +275,7 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 	}
 	inv := fromHost(inverse, []int64{n}, gotch.Int64, m.device)
 	sel := indexSelect(all, 0, inv)
-	drop(all, inv)
+	torch.Drop(all, inv)
 	defer sel.MustDrop()
 	tgt := fromHost(p.target, []int64{n, 1}, gotch.Int64, m.device)
 	defer tgt.MustDrop()
@@ -303,7 +305,7 @@ func (m *Model) selectiveLogProbs(sel, tgt *ts.Tensor, cfg ScoreConfig) *ts.Tens
 		g := gather(logits, 1, tc)
 		gs := squeeze(g, 1)
 		lps = append(lps, sub(gs, lse))
-		drop(tc, g, gs, lse, logits)
+		torch.Drop(tc, g, gs, lse, logits)
 	}
 	return catDrop(lps)
 }

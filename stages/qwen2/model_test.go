@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -53,7 +54,7 @@ func fullLogits(m *Model, seq []int64) [][]float32 {
 	ids, pos, mask := m.tensors(b)
 	logits := m.Forward(ids, pos, mask, nil)
 	flat := toHost(logits)
-	drop(ids, pos, mask, logits)
+	torch.Drop(ids, pos, mask, logits)
 	v := m.Config.VocabSize
 	out := make([][]float32, len(seq))
 	for i := range out {
@@ -92,7 +93,7 @@ func TestCacheMatchesFull(t *testing.T) {
 	ids, pos, mask := m.tensors(b)
 	logits := m.Forward(ids, pos, mask, cache)
 	got := toHost(logits)
-	drop(ids, pos, mask, logits)
+	torch.Drop(ids, pos, mask, logits)
 	v := m.Config.VocabSize
 	for r := range 2 {
 		for j := 0; j < prompt[r]; j++ {
@@ -110,7 +111,7 @@ func TestCacheMatchesFull(t *testing.T) {
 		ids, pos, mask := m.tensors(b)
 		logits := m.Forward(ids, pos, mask, cache)
 		got := toHost(logits)
-		drop(ids, pos, mask, logits)
+		torch.Drop(ids, pos, mask, logits)
 		for r := range 2 {
 			if d := maxAbsDiff(got[r*v:(r+1)*v], want[r][n[r]]); d > 1e-4 {
 				t.Errorf("step %d row %d pos %d: max |Δlogit| = %g, want <= 1e-4", step, r, n[r], d)
@@ -127,7 +128,7 @@ func TestForwardShapes(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	b := NewBatch([][]int64{{1, 2, 3}, {4}}, []int{0, 0}, nil, 0)
 	ids, pos, mask := m.tensors(b)
-	defer drop(ids, pos, mask)
+	defer torch.Drop(ids, pos, mask)
 	logits := m.Forward(ids, pos, mask, nil)
 	defer logits.MustDrop()
 	if got, want := fmt.Sprint(logits.MustSize()), "[2 3 97]"; got != want {

@@ -3,6 +3,8 @@ package qwen2
 import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // rope holds the rotary tables for every position up to max_position_embeddings.
@@ -22,21 +24,21 @@ type rope struct {
 // gotch's generated ops despite their per-call slot leak (see ops.go).
 func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
 	d := int64(c.HeadDim())
-	idx := must(ts.ArangeStartStep(ts.IntScalar(0), ts.IntScalar(d), ts.IntScalar(2), gotch.Int64, gotch.CPU))
-	e := must(idx.Totype(gotch.Float, true))
-	e = must(e.DivScalar(ts.FloatScalar(float64(d)), true))
-	p := must(ts.PowScalar(ts.FloatScalar(c.RopeTheta), e))
+	idx := torch.Must(ts.ArangeStartStep(ts.IntScalar(0), ts.IntScalar(d), ts.IntScalar(2), gotch.Int64, gotch.CPU))
+	e := torch.Must(idx.Totype(gotch.Float, true))
+	e = torch.Must(e.DivScalar(ts.FloatScalar(float64(d)), true))
+	p := torch.Must(ts.PowScalar(ts.FloatScalar(c.RopeTheta), e))
 	e.MustDrop()
-	inv := must(p.Reciprocal(true))
-	pos := must(ts.Arange(ts.IntScalar(int64(c.MaxPositions)), gotch.Float, gotch.CPU))
-	freqs := must(pos.Outer(inv, true))
+	inv := torch.Must(p.Reciprocal(true))
+	pos := torch.Must(ts.Arange(ts.IntScalar(int64(c.MaxPositions)), gotch.Float, gotch.CPU))
+	freqs := torch.Must(pos.Outer(inv, true))
 	inv.MustDrop()
-	emb := must(ts.Cat([]*ts.Tensor{freqs, freqs}, 1))
+	emb := torch.Must(ts.Cat([]*ts.Tensor{freqs, freqs}, 1))
 	freqs.MustDrop()
-	cos := must(emb.Cos(false))
-	sin := must(emb.Sin(true))
-	cos = must(must(cos.Totype(dtype, true)).To(dev, true))
-	sin = must(must(sin.Totype(dtype, true)).To(dev, true))
+	cos := torch.Must(emb.Cos(false))
+	sin := torch.Must(emb.Sin(true))
+	cos = torch.Must(torch.Must(cos.Totype(dtype, true)).To(dev, true))
+	sin = torch.Must(torch.Must(sin.Totype(dtype, true)).To(dev, true))
 	defer sin.MustDrop()
 	return &rope{cos: cos, sin: signHalf(sin), d: d}
 }
@@ -82,4 +84,4 @@ func rotate(x, cos, sin raw, p *pass) raw {
 	return out
 }
 
-func (r *rope) drop() { drop(r.cos, r.sin) }
+func (r *rope) drop() { torch.Drop(r.cos, r.sin) }

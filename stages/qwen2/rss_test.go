@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 func rssKB(t *testing.T) int {
@@ -41,7 +43,7 @@ func TestRSSFlat(t *testing.T) {
 		for range n {
 			ids, pos, mask := m.tensors(b)
 			l := m.Forward(ids, pos, mask, nil)
-			drop(ids, pos, mask, l)
+			torch.Drop(ids, pos, mask, l)
 		}
 	}
 	run(300)

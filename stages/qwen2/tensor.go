@@ -7,32 +7,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 )
 
-// gotch's Must* functions call log.Fatal on a libtorch error, which no caller can
-// recover from; this package calls the error-returning variants through must, so a
-// libtorch error is a panic that the exported entrypoints turn into an error.
-func must(t *ts.Tensor, err error) *ts.Tensor {
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
-
-// drop frees tensors now instead of leaving them to finalizers; nil entries are skipped.
-func drop(xs ...*ts.Tensor) {
-	for _, x := range xs {
-		if x != nil {
-			x.MustDrop()
-		}
-	}
-}
-
-// catch converts a panic raised by tensor code into an error prefixed with what.
-func catch(what string, err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%s: %v", what, r)
-	}
-}
-
 // storage aliases the bytes of a contiguous CPU tensor; valid while t lives.
 func storage(t *ts.Tensor) []byte { return of(t).bytes() }
 

@@ -1,40 +1,12 @@
 package rollout
 
 import (
-	"context"
 	"fmt"
 	"io"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/search"
 )
-
-// documents adapts a search.Retriever to the protocol: one batched call per turn for
-// every pending search of the shard, topk documents each, in Search-R1's corpus layout.
-type documents struct {
-	r    search.Retriever
-	topk int
-}
-
-func (d documents) Retrieve(ctx context.Context, queries []string) ([][]protocol.Doc, error) {
-	hits, err := d.r.Retrieve(ctx, queries, d.topk)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]protocol.Doc, len(hits))
-	for i, hs := range hits {
-		out[i] = make([]protocol.Doc, len(hs))
-		for j, h := range hs {
-			c := h.Contents
-			if c == "" {
-				c = search.JoinContents(h.Title, h.Text)
-			}
-			out[i][j] = protocol.Doc{ID: h.ID, Contents: c}
-		}
-	}
-	return out, nil
-}
 
 // openRetriever opens the retriever the config names and the input that keys it: a
 // server by its URL, a local index by the key its meta file records (a digest of the

@@ -26,6 +26,7 @@ import (
 	"github.com/mempo/mempo/stages/bpe"
 	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/search"
 )
 
 // Stage names the rollout stage in keys and manifests.
@@ -82,7 +83,7 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
 	defer closer.Close()
-	s.ret = documents{r: ret, topk: cfg.RetrievalTopK}
+	s.ret = search.Documents{R: ret, TopK: cfg.RetrievalTopK}
 	defer s.close()
 
 	prompts, err := jobs.DatasetInput("prompts", in.Prompts)
@@ -154,7 +155,7 @@ type stage struct {
 	prompts []format.Prompt
 	tok     *bpe.Tokenizer
 	digest  string
-	ret     documents
+	ret     search.Documents
 
 	once    sync.Once
 	openErr error

@@ -1,7 +1,6 @@
 package sft
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/search"
 	"github.com/mempo/mempo/stages/task"
 )
 
@@ -92,32 +90,6 @@ func questions(in Inputs, limit int) (*task.World, []task.Prompt, error) {
 		return nil, nil, fmt.Errorf("prompts %s: no questions: %w", in.prompts(), ErrInput)
 	}
 	return w, out, nil
-}
-
-// documents adapts a search.Retriever to the protocol with topk documents per query,
-// in Search-R1's corpus layout, as the rollout stage retrieves.
-type documents struct {
-	r    search.Retriever
-	topk int
-}
-
-func (d documents) Retrieve(ctx context.Context, queries []string) ([][]protocol.Doc, error) {
-	hits, err := d.r.Retrieve(ctx, queries, d.topk)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]protocol.Doc, len(hits))
-	for i, hs := range hits {
-		out[i] = make([]protocol.Doc, len(hs))
-		for j, h := range hs {
-			c := h.Contents
-			if c == "" {
-				c = search.JoinContents(h.Title, h.Text)
-			}
-			out[i][j] = protocol.Doc{ID: h.ID, Contents: c}
-		}
-	}
-	return out, nil
 }
 
 // replay runs an oracle trajectory through an episode with the policy's tokenizer: each

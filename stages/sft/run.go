@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	}
 
 	// The oracle's trajectories and their replay: everything the training reads.
-	oracle, err := task.NewOracle(w, p, documents{idx, cfg.RetrievalTopK}, task.OracleConfig{
+	oracle, err := task.NewOracle(w, p, search.Documents{R: idx, TopK: cfg.RetrievalTopK}, task.OracleConfig{
 		Drop: cfg.OracleDrop, Distractor: cfg.OracleDistractor, MaxTurns: cfg.MaxTurns, Seed: uint64(spec.Seed)})
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)

@@ -7,9 +7,9 @@ import (
 
 	"github.com/mempo/mempo/stages/advantage"
 	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/mempo/mempo/stages/update"
 	"github.com/sugarme/gotch"
-	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -21,9 +21,9 @@ type trainer struct {
 // trainable marks every weight of m as a gradient-accumulating leaf and returns them
 // as the optimizer's parameters.
 func trainable(m *qwen2.Model) (ps []update.Param, err error) {
-	defer catch("mark weights trainable", &err)
+	defer torch.Catch("mark weights trainable", &err)
 	for _, w := range m.Weights() {
-		inplace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
 		ps = append(ps, update.Param{Name: w.Key, T: w.Tensor})
 	}
 	return ps, nil
@@ -49,11 +49,11 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 		return 0, 0, err
 	}
 	var live []*ts.Tensor
-	defer func() { drop(live...) }()
+	defer func() { torch.Drop(live...) }()
 	live = append(live, lp)
-	defer catch(fmt.Sprintf("batch of %d turns", len(batch)), &err)
-	row := must(lp.View([]int64{1, int64(tokens)}, false))
-	ones := must(ts.Ones([]int64{1, int64(tokens)}, gotch.Float, t.m.Device()))
+	defer torch.Catch(fmt.Sprintf("batch of %d turns", len(batch)), &err)
+	row := torch.Must(lp.View([]int64{1, int64(tokens)}, false))
+	ones := torch.Must(ts.Ones([]int64{1, int64(tokens)}, gotch.Float, t.m.Device()))
 	live = append(live, row, ones)
 	mean, v, err := update.AggregateTokens(row, ones, advantage.AggTokenMean, float64(tokens))
 	if err != nil {
@@ -63,9 +63,9 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, 0, fmt.Errorf("loss %v: %w", -v, update.ErrNonFinite)
 	}
-	nll := must(mean.Neg(false))
+	nll := torch.Must(mean.Neg(false))
 	live = append(live, nll)
-	check(nll.Backward())
+	torch.Check(nll.Backward())
 	return -v, tokens, nil
 }
 
@@ -92,45 +92,4 @@ func (t *trainer) eval(examples []example, budget int) (float64, error) {
 		}
 	}
 	return sum / float64(n), nil
-}
-
-func must(t *ts.Tensor, err error) *ts.Tensor {
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
-
-func check(err error) {
-	if err != nil {
-		panic(err)
-	}
-}
-
-func drop(xs ...*ts.Tensor) {
-	for _, x := range xs {
-		if x != nil {
-			x.MustDrop()
-		}
-	}
-}
-
-func catch(what string, err *error) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("%s: %w", what, e)
-			return
-		}
-		*err = fmt.Errorf("%s: %v", what, r)
-	}
-}
-
-// inplace runs one of gotch's generated in-place ops on t and frees the handle it
-// supersedes (see stages/update/tensor.go).
-func inplace(t *ts.Tensor, op func() error) {
-	old := t.Ctensor()
-	check(op())
-	if t.Ctensor() != old {
-		lib.AtFree(lib.Ctensor(old))
-	}
 }

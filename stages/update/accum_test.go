@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/stages/advantage"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 )
 
@@ -38,7 +39,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer loss.MustDrop()
-				check(loss.Backward())
+				torch.Check(loss.Backward())
 				return st
 			}
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // Param is one trainable tensor of the model, named by its safetensors key.
@@ -133,18 +135,18 @@ func NewAdamW(params []Param, cfg AdamWConfig) (o *AdamW, err error) {
 			o = nil
 		}
 	}()
-	defer catch("adamw", &err)
+	defer torch.Catch("adamw", &err)
 	for i, p := range params {
 		s := &o.slots[i]
 		dt := p.T.DType()
 		if dt == gotch.BFloat16 || dt == gotch.Half {
-			d := must(p.T.Detach(false))
-			s.master = must(d.Totype(gotch.Float, true))
+			d := torch.Must(p.T.Detach(false))
+			s.master = torch.Must(d.Totype(gotch.Float, true))
 			dt = gotch.Float
 		}
 		size, dev := p.T.MustSize(), p.T.MustDevice()
-		s.expAvg = must(ts.Zeros(size, dt, dev))
-		s.expAvgSq = must(ts.Zeros(size, dt, dev))
+		s.expAvg = torch.Must(ts.Zeros(size, dt, dev))
+		s.expAvgSq = torch.Must(ts.Zeros(size, dt, dev))
 	}
 	return o, nil
 }
@@ -168,7 +170,7 @@ func (o *AdamW) Params() []Param { return append([]Param(nil), o.params...) }
 func (o *AdamW) Drop() {
 	for i := range o.slots {
 		s := &o.slots[i]
-		drop(s.master, s.expAvg, s.expAvgSq)
+		torch.Drop(s.master, s.expAvg, s.expAvgSq)
 		s.master, s.expAvg, s.expAvgSq = nil, nil, nil
 	}
 }
@@ -184,11 +186,11 @@ type StepStats struct {
 // next Step, which here is updated with a zero gradient (weight decay and moment decay
 // apply), as under zero_grad(set_to_none=False).
 func (o *AdamW) ZeroGrad() (err error) {
-	defer catch("adamw zero grad", &err)
+	defer torch.Catch("adamw zero grad", &err)
 	for _, p := range o.params {
-		g := must(p.T.Grad(false))
+		g := torch.Must(p.T.Grad(false))
 		if defined(g) {
-			inplace(g, g.Zero_)
+			torch.InPlace(g, g.Zero_)
 		}
 		g.MustDrop()
 	}
@@ -201,18 +203,18 @@ func (o *AdamW) ZeroGrad() (err error) {
 // keep the previous checkpoint.
 func (o *AdamW) Step() (st StepStats, err error) {
 	k := o.steps + 1
-	defer catch(fmt.Sprintf("adamw step %d", k), &err)
+	defer torch.Catch(fmt.Sprintf("adamw step %d", k), &err)
 	grads := make([]*ts.Tensor, len(o.params))
-	defer func() { drop(grads...) }()
+	defer func() { torch.Drop(grads...) }()
 	n := 0
 	for i, p := range o.params {
-		g := must(p.T.Grad(false))
+		g := torch.Must(p.T.Grad(false))
 		if !defined(g) {
 			g.MustDrop()
 			continue
 		}
 		if o.slots[i].master != nil {
-			g = must(g.Totype(gotch.Float, true))
+			g = torch.Must(g.Totype(gotch.Float, true))
 		}
 		grads[i] = g
 		n++
@@ -245,27 +247,27 @@ func (o *AdamW) Step() (st StepStats, err error) {
 //	grads: any shapes, nil entries skipped → []
 func gradNorm(grads []*ts.Tensor) *ts.Tensor {
 	var norms []*ts.Tensor
-	defer func() { drop(norms...) }()
+	defer func() { torch.Drop(norms...) }()
 	for _, g := range grads {
 		if g != nil {
-			norms = append(norms, must(g.Norm(false)))
+			norms = append(norms, torch.Must(g.Norm(false)))
 		}
 	}
-	stacked := must(ts.Stack(norms, 0))
-	return must(stacked.Norm(true))
+	stacked := torch.Must(ts.Stack(norms, 0))
+	return torch.Must(stacked.Norm(true))
 }
 
 // clipGrads scales grads in place by min(1, maxNorm/(total + 1e-6)), computed on the
 // device as clip_grad_norm_ does (Python's max_norm / t is t.reciprocal() * max_norm).
 func clipGrads(grads []*ts.Tensor, total *ts.Tensor, maxNorm float64) {
-	d := must(total.AddScalar(scalar(1e-6), false))
-	r := must(d.Reciprocal(true))
-	c := must(r.MulScalar(scalar(maxNorm), true))
-	coef := must(c.ClampMax(scalar(1), true))
+	d := torch.Must(total.AddScalar(scalar(1e-6), false))
+	r := torch.Must(d.Reciprocal(true))
+	c := torch.Must(r.MulScalar(scalar(maxNorm), true))
+	coef := torch.Must(c.ClampMax(scalar(1), true))
 	defer coef.MustDrop()
 	for _, g := range grads {
 		if g != nil {
-			inplace(g, func() error { return g.Mul_(coef) })
+			torch.InPlace(g, func() error { return g.Mul_(coef) })
 		}
 	}
 }
@@ -276,7 +278,7 @@ func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
 	// The parameter is a leaf that may require grad; its detached alias shares the
 	// storage and lets the update run in place without grad mode, which libtorch keeps
 	// per OS thread and Go does not pin.
-	param := must(o.params[i].T.Detach(false))
+	param := torch.Must(o.params[i].T.Detach(false))
 	defer param.MustDrop()
 	target := param
 	if s.master != nil {
@@ -285,14 +287,14 @@ func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
 
 	s.step++
 	// float64(·) keeps the products from fusing into FMAs, which Python never does.
-	inplace(target, func() error { return target.MulScalar_(scalar(1 - float64(lr*c.WeightDecay))) })
-	inplace(s.expAvg, func() error { return s.expAvg.Lerp_(g, scalar(1-c.Beta1)) })
-	inplace(s.expAvgSq, func() error { return s.expAvgSq.MulScalar_(scalar(c.Beta2)) })
+	torch.InPlace(target, func() error { return target.MulScalar_(scalar(1 - float64(lr*c.WeightDecay))) })
+	torch.InPlace(s.expAvg, func() error { return s.expAvg.Lerp_(g, scalar(1-c.Beta1)) })
+	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.MulScalar_(scalar(c.Beta2)) })
 	// addcmul_(g, g, value=1−β2) computes v + value·g·g left to right; gotch's addcmul
 	// takes no value, so the product is formed in the same order first.
-	sg := must(g.MulScalar(scalar(1-c.Beta2), false))
-	sgg := must(sg.Mul(g, true))
-	inplace(s.expAvgSq, func() error { return s.expAvgSq.Add_(sgg) })
+	sg := torch.Must(g.MulScalar(scalar(1-c.Beta2), false))
+	sgg := torch.Must(sg.Mul(g, true))
+	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.Add_(sgg) })
 	sgg.MustDrop()
 
 	step := float64(s.step)
@@ -300,14 +302,14 @@ func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
 	bc2 := 1 - pow(c.Beta2, step)
 	stepSize := lr / bc1
 	bc2Sqrt := math.Sqrt(bc2)
-	root := must(s.expAvgSq.Sqrt(false))
-	scaled := must(root.DivScalar(scalar(bc2Sqrt), true))
-	denom := must(scaled.AddScalar(scalar(c.Eps), true))
+	root := torch.Must(s.expAvgSq.Sqrt(false))
+	scaled := torch.Must(root.DivScalar(scalar(bc2Sqrt), true))
+	denom := torch.Must(scaled.AddScalar(scalar(c.Eps), true))
 	// addcdiv_(m, denom, value=−step_size) computes θ + value·m/denom.
-	num := must(s.expAvg.MulScalar(scalar(-stepSize), false))
-	delta := must(num.Div(denom, true))
+	num := torch.Must(s.expAvg.MulScalar(scalar(-stepSize), false))
+	delta := torch.Must(num.Div(denom, true))
 	denom.MustDrop()
-	inplace(target, func() error { return target.Add_(delta) })
+	torch.InPlace(target, func() error { return target.Add_(delta) })
 	delta.MustDrop()
 
 	if s.master != nil {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // refAdamW is torch.optim.AdamW's single-tensor update with clip_grad_norm_ written out
@@ -48,11 +50,11 @@ func setGrad(t *testing.T, p *ts.Tensor, g []float64) {
 	t.Helper()
 	dt := computeType(p)
 	c := tensorOf(t, g, p.MustSize(), dt)
-	pf := must(p.Totype(dt, false))
-	prod := must(pf.Mul(c, true))
-	loss := must(prod.Sum(dt, true))
-	check(loss.Backward())
-	drop(c, loss)
+	pf := torch.Must(p.Totype(dt, false))
+	prod := torch.Must(pf.Mul(c, true))
+	loss := torch.Must(prod.Sum(dt, true))
+	torch.Check(loss.Backward())
+	torch.Drop(c, loss)
 }
 
 func TestAdamWMatchesPyTorchFormula(t *testing.T) {
@@ -80,7 +82,7 @@ func TestAdamWMatchesPyTorchFormula(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(dt.name+"/"+tt.name, func(t *testing.T) {
 				x := tensorOf(t, p0, []int64{3}, dt.dt)
-				p := must(x.SetRequiresGrad(true, true))
+				p := torch.Must(x.SetRequiresGrad(true, true))
 				defer p.MustDrop()
 				opt, err := NewAdamW([]Param{{"w", p}}, tt.cfg)
 				if err != nil {
@@ -89,7 +91,7 @@ func TestAdamWMatchesPyTorchFormula(t *testing.T) {
 				defer opt.Drop()
 				ref := refAdamW{p: slices.Clone(p0), m: make([]float64, 3), v: make([]float64, 3)}
 				for k, g := range grads {
-					check(opt.ZeroGrad())
+					torch.Check(opt.ZeroGrad())
 					setGrad(t, p, g)
 					st, err := opt.Step()
 					if err != nil {
@@ -120,7 +122,7 @@ func TestAdamWMatchesPyTorchFormula(t *testing.T) {
 func TestAdamWFirstStepByHand(t *testing.T) {
 	checkLeaks(t)
 	x := tensorOf(t, []float64{0.5, -1.0, 2.0}, []int64{3}, gotch.Double)
-	p := must(x.SetRequiresGrad(true, true))
+	p := torch.Must(x.SetRequiresGrad(true, true))
 	defer p.MustDrop()
 	opt, err := NewAdamW([]Param{{"w", p}}, AdamWConfig{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	if err != nil {
@@ -165,8 +167,8 @@ func TestAdvantageSignMovesProbability(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(loss.Backward())
-		drop(loss)
+		torch.Check(loss.Backward())
+		torch.Drop(loss)
 		done()
 		if _, err := opt.Step(); err != nil {
 			t.Fatal(err)
@@ -188,29 +190,29 @@ func newTrainee(t *testing.T, w, b []float64) trainee {
 	t.Helper()
 	wt := tensorOf(t, w, []int64{2, 3}, gotch.Float)
 	bt := tensorOf(t, b, []int64{3}, gotch.BFloat16)
-	return trainee{w: must(wt.SetRequiresGrad(true, true)), b: must(bt.SetRequiresGrad(true, true))}
+	return trainee{w: torch.Must(wt.SetRequiresGrad(true, true)), b: torch.Must(bt.SetRequiresGrad(true, true))}
 }
 
 func (m trainee) params() []Param { return []Param{{"w", m.w}, {"b", m.b}} }
 
-func (m trainee) drop() { drop(m.w, m.b) }
+func (m trainee) drop() { torch.Drop(m.w, m.b) }
 
 // backward accumulates the gradient of Σ w²·c + Σ b·w[0].
 func (m trainee) backward(t *testing.T, c []float64) {
 	t.Helper()
 	ct := tensorOf(t, c, []int64{2, 3}, gotch.Float)
-	sq := must(m.w.Square(false))
-	a := must(sq.Mul(ct, true))
-	s1 := must(a.Sum(gotch.Float, true))
-	bf := must(m.b.Totype(gotch.Float, false))
-	row := must(m.w.Narrow(0, 0, 1, false))
-	ab := must(bf.Mul(row, true))
+	sq := torch.Must(m.w.Square(false))
+	a := torch.Must(sq.Mul(ct, true))
+	s1 := torch.Must(a.Sum(gotch.Float, true))
+	bf := torch.Must(m.b.Totype(gotch.Float, false))
+	row := torch.Must(m.w.Narrow(0, 0, 1, false))
+	ab := torch.Must(bf.Mul(row, true))
 	row.MustDrop()
-	s2 := must(ab.Sum(gotch.Float, true))
-	loss := must(s1.Add(s2, true))
+	s2 := torch.Must(ab.Sum(gotch.Float, true))
+	loss := torch.Must(s1.Add(s2, true))
 	s2.MustDrop()
-	check(loss.Backward())
-	drop(ct, loss)
+	torch.Check(loss.Backward())
+	torch.Drop(ct, loss)
 }
 
 var resumeCfg = AdamWConfig{LR: 0.05, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, WarmupSteps: 4, MaxGradNorm: 0.7}
@@ -220,7 +222,7 @@ var resumeGrads = [][]float64{{1, -2, 0.5, 3, 0.1, -1}, {-0.4, 2, 1, 0.3, -3, 2}
 func (m trainee) run(t *testing.T, opt *AdamW, steps [][]float64) {
 	t.Helper()
 	for _, c := range steps {
-		check(opt.ZeroGrad())
+		torch.Check(opt.ZeroGrad())
 		m.backward(t, c)
 		if _, err := opt.Step(); err != nil {
 			t.Fatal(err)
@@ -329,18 +331,20 @@ func TestLoadStateRejects(t *testing.T) {
 	}{
 		{"missing exp_avg", func(st map[string]*ts.Tensor) { st["w.exp_avg"].MustDrop(); delete(st, "w.exp_avg") }},
 		{"missing master", func(st map[string]*ts.Tensor) { st["b.master"].MustDrop(); delete(st, "b.master") }},
-		{"extra key", func(st map[string]*ts.Tensor) { st["c.exp_avg"] = must(ts.Zeros([]int64{3}, gotch.Float, gotch.CPU)) }},
+		{"extra key", func(st map[string]*ts.Tensor) {
+			st["c.exp_avg"] = torch.Must(ts.Zeros([]int64{3}, gotch.Float, gotch.CPU))
+		}},
 		{"wrong shape", func(st map[string]*ts.Tensor) {
 			st["w.exp_avg_sq"].MustDrop()
-			st["w.exp_avg_sq"] = must(ts.Zeros([]int64{3, 2}, gotch.Float, gotch.CPU))
+			st["w.exp_avg_sq"] = torch.Must(ts.Zeros([]int64{3, 2}, gotch.Float, gotch.CPU))
 		}},
 		{"wrong dtype", func(st map[string]*ts.Tensor) {
 			st["w.exp_avg"].MustDrop()
-			st["w.exp_avg"] = must(ts.Zeros([]int64{2, 3}, gotch.Double, gotch.CPU))
+			st["w.exp_avg"] = torch.Must(ts.Zeros([]int64{2, 3}, gotch.Double, gotch.CPU))
 		}},
 		{"float step", func(st map[string]*ts.Tensor) {
 			st["step"].MustDrop()
-			st["step"] = must(ts.Zeros([]int64{1}, gotch.Float, gotch.CPU))
+			st["step"] = torch.Must(ts.Zeros([]int64{1}, gotch.Float, gotch.CPU))
 		}},
 	}
 	for _, tt := range tests {
@@ -352,7 +356,7 @@ func TestLoadStateRejects(t *testing.T) {
 			// Scribble on every tensor so a partial load would show.
 			for _, v := range st {
 				if v.DType() != gotch.Int64 {
-					inplace(v, func() error { return v.Fill_(scalar(42)) })
+					torch.InPlace(v, func() error { return v.Fill_(scalar(42)) })
 				}
 			}
 			tt.edit(st)
@@ -376,7 +380,7 @@ func TestLoadStateRejects(t *testing.T) {
 func TestStepRejectsNonFiniteGradient(t *testing.T) {
 	checkLeaks(t)
 	x := tensorOf(t, []float64{1, 2, 3}, []int64{3}, gotch.Float)
-	p := must(x.SetRequiresGrad(true, true))
+	p := torch.Must(x.SetRequiresGrad(true, true))
 	defer p.MustDrop()
 	opt, err := NewAdamW([]Param{{"w", p}}, DefaultAdamW)
 	if err != nil {
@@ -398,7 +402,7 @@ func TestStepRejectsNonFiniteGradient(t *testing.T) {
 func TestMasterWeightsAccumulate(t *testing.T) {
 	checkLeaks(t)
 	x := tensorOf(t, []float64{1}, []int64{1}, gotch.BFloat16)
-	p := must(x.SetRequiresGrad(true, true))
+	p := torch.Must(x.SetRequiresGrad(true, true))
 	defer p.MustDrop()
 	opt, err := NewAdamW([]Param{{"w", p}}, AdamWConfig{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 	if err != nil {
@@ -418,7 +422,7 @@ func TestMasterWeightsAccumulate(t *testing.T) {
 		return values(st["w.master"])[0]
 	}
 	step := func() {
-		check(opt.ZeroGrad())
+		torch.Check(opt.ZeroGrad())
 		setGrad(t, p, []float64{1})
 		if _, err := opt.Step(); err != nil {
 			t.Fatal(err)
@@ -448,7 +452,7 @@ func TestNewAdamWRejects(t *testing.T) {
 	checkLeaks(t)
 	x := tensorOf(t, []float64{1}, []int64{1}, gotch.Float)
 	i := tensorOf(t, []float64{1}, []int64{1}, gotch.Int64)
-	defer drop(x, i)
+	defer torch.Drop(x, i)
 	bad := DefaultAdamW
 	bad.Beta2 = 1
 	tests := []struct {

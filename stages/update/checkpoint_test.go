@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 )
 
@@ -17,7 +18,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 	grads := [][]float64{{0.3, -0.1, 0.7, 0.2}, {-0.5, 0.4, 0.1, 0.9}, {0.2, 0.2, -0.3, 0.05}}
 	newParam := func(v []float64) Param {
 		w := tensorOf(t, v, []int64{2, 2}, gotch.Float)
-		return Param{Name: "w", T: must(w.SetRequiresGrad(true, true))}
+		return Param{Name: "w", T: torch.Must(w.SetRequiresGrad(true, true))}
 	}
 	step := func(o *AdamW, p Param, g []float64) {
 		setGrad(t, p.T, g)
@@ -31,7 +32,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 	cfg := DefaultAdamW
 	cfg.LR = 0.01
 	pa := newParam([]float64{0.5, -1, 2, 0.25})
-	defer drop(pa.T)
+	defer torch.Drop(pa.T)
 	a, err := NewAdamW([]Param{pa}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 	}
 	// b continues from a's weights and the saved state.
 	pb := newParam(values(pa.T))
-	defer drop(pb.T)
+	defer torch.Drop(pb.T)
 	b, err := NewAdamW([]Param{pb}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 	}
 
 	other := Param{Name: "v", T: tensorOf(t, []float64{1, 2, 3, 4}, []int64{2, 2}, gotch.Float)}
-	defer drop(other.T)
+	defer torch.Drop(other.T)
 	c, err := NewAdamW([]Param{other}, cfg)
 	if err != nil {
 		t.Fatal(err)

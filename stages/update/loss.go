@@ -14,6 +14,7 @@ import (
 	"math"
 
 	"github.com/mempo/mempo/stages/advantage"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -93,33 +94,33 @@ func checkAgg(mode Agg, divisor float64) error {
 //	x: [batch, resp_len] floating, m: [batch, resp_len] bool → []
 func aggregate(x, m *ts.Tensor, mode Agg, divisor float64) *ts.Tensor {
 	dt := x.DType()
-	kept := must(x.WhereScalarother(m, scalar(0), false))
+	kept := torch.Must(x.WhereScalarother(m, scalar(0), false))
 	var sum *ts.Tensor
 	switch mode {
 	case advantage.AggTokenMean, advantage.AggSeqMeanTokenSum:
 		// Both sum every kept token; they differ only in the divisor.
-		sum = must(kept.Sum(dt, true))
+		sum = torch.Must(kept.Sum(dt, true))
 	case advantage.AggSeqMeanTokenMean:
-		rows := must(kept.SumDimIntlist([]int64{1}, false, dt, true))
-		cnt := must(m.SumDimIntlist([]int64{1}, false, dt, false))
+		rows := torch.Must(kept.SumDimIntlist([]int64{1}, false, dt, true))
+		cnt := torch.Must(m.SumDimIntlist([]int64{1}, false, dt, false))
 		// A row without tokens has a zero sum; dividing it by 1 keeps it out of the
 		// result instead of making it NaN.
-		cnt1 := must(cnt.ClampMin(scalar(1), true))
-		per := must(rows.Div(cnt1, true))
+		cnt1 := torch.Must(cnt.ClampMin(scalar(1), true))
+		per := torch.Must(rows.Div(cnt1, true))
 		cnt1.MustDrop()
-		sum = must(per.Sum(dt, true))
+		sum = torch.Must(per.Sum(dt, true))
 	default:
 		panic(fmt.Sprintf("aggregate: unknown mode %q", string(mode)))
 	}
-	return must(sum.DivScalar(scalar(divisor), true))
+	return torch.Must(sum.DivScalar(scalar(divisor), true))
 }
 
 // maskedSum is Σ x over the mask, without gradient, on the host. x: [batch, resp_len].
 func maskedSum(x, m *ts.Tensor) float64 {
-	d := must(x.Detach(false))
-	f := must(d.Totype(gotch.Double, true))
-	kept := must(f.WhereScalarother(m, scalar(0), true))
-	s := must(kept.Sum(gotch.Double, true))
+	d := torch.Must(x.Detach(false))
+	f := torch.Must(d.Totype(gotch.Double, true))
+	kept := torch.Must(f.WhereScalarother(m, scalar(0), true))
+	s := torch.Must(kept.Sum(gotch.Double, true))
 	defer s.MustDrop()
 	return value(s)
 }
@@ -189,39 +190,39 @@ func PolicyLoss(logp, oldLogp, adv, mask *ts.Tensor, c Clip, mode Agg, divisor f
 	if err := checkAgg(mode, divisor); err != nil {
 		return nil, PolicyStats{}, fmt.Errorf("policy loss: %w", err)
 	}
-	defer catch("policy loss", &err)
+	defer torch.Catch("policy loss", &err)
 	sameShape("policy loss", []string{"logp", "oldLogp", "adv", "mask"}, logp, oldLogp, adv, mask)
 	if logp.Dim() != 2 {
 		panic(fmt.Sprintf("policy loss: logp has shape %v, want [batch, resp_len]", logp.MustSize()))
 	}
 
 	dt := computeType(logp)
-	lp := must(logp.Totype(dt, false))
-	old := must(oldLogp.Totype(dt, false))
-	a := must(adv.Totype(dt, false))
-	m := must(mask.Ne(scalar(0), false))
-	defer drop(lp, old, a, m)
+	lp := torch.Must(logp.Totype(dt, false))
+	old := torch.Must(oldLogp.Totype(dt, false))
+	a := torch.Must(adv.Totype(dt, false))
+	m := torch.Must(mask.Ne(scalar(0), false))
+	defer torch.Drop(lp, old, a, m)
 
-	diff := must(lp.Sub(old, false))
-	negKL := must(diff.Clamp(scalar(-advantage.RatioClamp), scalar(advantage.RatioClamp), true))
-	ratio := must(negKL.Exp(false))
-	negA := must(a.Neg(false))
-	l1 := must(negA.Mul(ratio, false))
-	clipped := must(ratio.Clamp(scalar(1-c.Low), scalar(1+c.High), false))
-	l2 := must(negA.Mul(clipped, false))
-	lclip := must(l1.Maximum(l2, false))
-	l3 := must(negA.MulScalar(scalar(c.DualC), false))
-	dual := must(l3.Minimum(lclip, false))
-	neg := must(a.Lt(scalar(0), false))
-	perToken := must(dual.WhereSelf(neg, lclip, false))
-	defer drop(negKL, ratio, negA, l1, clipped, l2, lclip, l3, dual, neg, perToken)
+	diff := torch.Must(lp.Sub(old, false))
+	negKL := torch.Must(diff.Clamp(scalar(-advantage.RatioClamp), scalar(advantage.RatioClamp), true))
+	ratio := torch.Must(negKL.Exp(false))
+	negA := torch.Must(a.Neg(false))
+	l1 := torch.Must(negA.Mul(ratio, false))
+	clipped := torch.Must(ratio.Clamp(scalar(1-c.Low), scalar(1+c.High), false))
+	l2 := torch.Must(negA.Mul(clipped, false))
+	lclip := torch.Must(l1.Maximum(l2, false))
+	l3 := torch.Must(negA.MulScalar(scalar(c.DualC), false))
+	dual := torch.Must(l3.Minimum(lclip, false))
+	neg := torch.Must(a.Lt(scalar(0), false))
+	perToken := torch.Must(dual.WhereSelf(neg, lclip, false))
+	defer torch.Drop(negKL, ratio, negA, l1, clipped, l2, lclip, l3, dual, neg, perToken)
 
 	// The events verl counts: the clipped branch won, and the dual clip capped a
 	// negative-advantage token.
-	clipEvent := must(l2.GtTensor(l1, false))
-	dualCap := must(lclip.GtTensor(l3, false))
-	dualEvent := must(dualCap.LogicalAnd(neg, true))
-	defer drop(clipEvent, dualEvent)
+	clipEvent := torch.Must(l2.GtTensor(l1, false))
+	dualCap := torch.Must(lclip.GtTensor(l3, false))
+	dualEvent := torch.Must(dualCap.LogicalAnd(neg, true))
+	defer torch.Drop(clipEvent, dualEvent)
 
 	tokens := maskedSum(m, m)
 	if tokens > 0 {
@@ -244,19 +245,19 @@ func PolicyLoss(logp, oldLogp, adv, mask *ts.Tensor, c Clip, mode Agg, divisor f
 func klTokens(logp, refLogp *ts.Tensor, kind KL) *ts.Tensor {
 	switch kind {
 	case advantage.KLK1:
-		return must(logp.Sub(refLogp, false))
+		return torch.Must(logp.Sub(refLogp, false))
 	case advantage.KLK2:
-		d := must(logp.Sub(refLogp, false))
-		sq := must(d.Square(true))
-		return must(sq.MulScalar(scalar(0.5), true))
+		d := torch.Must(logp.Sub(refLogp, false))
+		sq := torch.Must(d.Square(true))
+		return torch.Must(sq.MulScalar(scalar(0.5), true))
 	case advantage.KLK3:
-		diff := must(refLogp.Sub(logp, false))
-		d := must(diff.Clamp(scalar(-advantage.KLDiffClamp), scalar(advantage.KLDiffClamp), true))
-		e := must(d.Exp(false))
-		ed := must(e.Sub(d, true))
+		diff := torch.Must(refLogp.Sub(logp, false))
+		d := torch.Must(diff.Clamp(scalar(-advantage.KLDiffClamp), scalar(advantage.KLDiffClamp), true))
+		e := torch.Must(d.Exp(false))
+		ed := torch.Must(e.Sub(d, true))
 		d.MustDrop()
-		k := must(ed.SubScalar(scalar(1), true))
-		return must(k.Clamp(scalar(-advantage.KLClamp), scalar(advantage.KLClamp), true))
+		k := torch.Must(ed.SubScalar(scalar(1), true))
+		return torch.Must(k.Clamp(scalar(-advantage.KLClamp), scalar(advantage.KLClamp), true))
 	}
 	panic(fmt.Sprintf("kl estimator %q: want k1, k2 or k3", string(kind)))
 }
@@ -285,14 +286,14 @@ func KLPenalty(logp, refLogp, mask *ts.Tensor, kind KL, mode Agg, divisor float6
 	if err := checkAgg(mode, divisor); err != nil {
 		return nil, 0, fmt.Errorf("kl penalty: %w", err)
 	}
-	defer catch("kl penalty", &err)
+	defer torch.Catch("kl penalty", &err)
 	sameShape("kl penalty", []string{"logp", "refLogp", "mask"}, logp, refLogp, mask)
 
 	dt := computeType(logp)
-	lp := must(logp.Totype(dt, false))
-	ref := must(refLogp.Totype(dt, false))
-	m := must(mask.Ne(scalar(0), false))
-	defer drop(lp, ref, m)
+	lp := torch.Must(logp.Totype(dt, false))
+	ref := torch.Must(refLogp.Totype(dt, false))
+	m := torch.Must(mask.Ne(scalar(0), false))
+	defer torch.Drop(lp, ref, m)
 	per := klTokens(lp, ref, kind)
 	defer per.MustDrop()
 	kl = aggregate(per, m, mode, divisor)
@@ -311,21 +312,21 @@ func Entropy(logits, mask *ts.Tensor, mode Agg, divisor float64) (h *ts.Tensor, 
 	if err := checkAgg(mode, divisor); err != nil {
 		return nil, 0, fmt.Errorf("entropy: %w", err)
 	}
-	defer catch("entropy", &err)
+	defer torch.Catch("entropy", &err)
 	ls, ms := logits.MustSize(), mask.MustSize()
 	if len(ls) != 3 || len(ms) != 2 || ls[0] != ms[0] || ls[1] != ms[1] {
 		panic(fmt.Sprintf("entropy: logits have shape %v, mask %v; want [batch, resp_len, vocab] and [batch, resp_len]", ls, ms))
 	}
 	dt := computeType(logits)
-	z := must(logits.Totype(dt, false))
-	m := must(mask.Ne(scalar(0), false))
-	defer drop(z, m)
+	z := torch.Must(logits.Totype(dt, false))
+	m := torch.Must(mask.Ne(scalar(0), false))
+	defer torch.Drop(z, m)
 
-	lse := must(z.Logsumexp([]int64{-1}, false, false))
-	p := must(z.Softmax(-1, dt, false))
-	pz := must(p.Mul(z, true))
-	expect := must(pz.SumDimIntlist([]int64{-1}, false, dt, true))
-	per := must(lse.Sub(expect, true))
+	lse := torch.Must(z.Logsumexp([]int64{-1}, false, false))
+	p := torch.Must(z.Softmax(-1, dt, false))
+	pz := torch.Must(p.Mul(z, true))
+	expect := torch.Must(pz.SumDimIntlist([]int64{-1}, false, dt, true))
+	per := torch.Must(lse.Sub(expect, true))
 	expect.MustDrop()
 	defer per.MustDrop()
 	h = aggregate(per, m, mode, divisor)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/stages/advantage"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -64,7 +65,7 @@ func TestPolicyLossMatchesReference(t *testing.T) {
 				told := tensorOf(t, oldData, shape, dt.dt)
 				tadv := tensorOf(t, advData, shape, dt.dt)
 				tmask := tensorOf(t, mask, shape, gotch.Float)
-				defer drop(tlp, told, tadv, tmask)
+				defer torch.Drop(tlp, told, tadv, tmask)
 
 				loss, got, err := PolicyLoss(tlp, told, tadv, tmask, advantage.DefaultClip, mode, div)
 				if err != nil {
@@ -107,7 +108,7 @@ func TestPolicyLossHandNumbers(t *testing.T) {
 	old := tensorOf(t, []float64{0, 0}, []int64{1, 2}, gotch.Double)
 	adv := tensorOf(t, []float64{1, -1}, []int64{1, 2}, gotch.Double)
 	mask := tensorOf(t, []float64{1, 1}, []int64{1, 2}, gotch.Double)
-	defer drop(lp, old, adv, mask)
+	defer torch.Drop(lp, old, adv, mask)
 	loss, st, err := PolicyLoss(lp, old, adv, mask, advantage.DefaultClip, advantage.AggSeqMeanTokenSum, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestKLMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			drop(lp, ref, mask, kl)
+			torch.Drop(lp, ref, mask, kl)
 			if !near(got, want, 1e-12) {
 				t.Errorf("KLPenalty(%s, logp %v, ref %v) = %.15g, want %.15g", kind, p[0], p[1], got, want)
 			}
@@ -155,10 +156,10 @@ func TestKLZeroWhenEqual(t *testing.T) {
 	for _, kind := range []KL{advantage.KLK1, advantage.KLK2, advantage.KLK3} {
 		t.Run(string(kind), func(t *testing.T) {
 			x := tensorOf(t, data, []int64{2, 3}, gotch.Float)
-			lp := must(x.SetRequiresGrad(true, true))
+			lp := torch.Must(x.SetRequiresGrad(true, true))
 			ref := clone(lp)
 			mask := tensorOf(t, []float64{1, 1, 0, 1, 1, 1}, []int64{2, 3}, gotch.Float)
-			defer drop(lp, ref, mask)
+			defer torch.Drop(lp, ref, mask)
 			kl, got, err := KLPenalty(lp, ref, mask, kind, advantage.AggTokenMean, 5)
 			if err != nil {
 				t.Fatal(err)
@@ -167,8 +168,8 @@ func TestKLZeroWhenEqual(t *testing.T) {
 			if got != 0 {
 				t.Errorf("KL of a policy to itself = %v, want exactly 0", got)
 			}
-			check(kl.Backward())
-			g := must(lp.Grad(false))
+			torch.Check(kl.Backward())
+			g := torch.Must(lp.Grad(false))
 			defer g.MustDrop()
 			if kind == advantage.KLK1 {
 				return // k1's gradient is 1/divisor per token
@@ -192,7 +193,7 @@ func TestEntropy(t *testing.T) {
 		90, -90, 0, 1,
 	}, []int64{1, 3, 4}, gotch.Float)
 	mask := tensorOf(t, []float64{1, 1, 0}, []int64{1, 3}, gotch.Float)
-	defer drop(logits, mask)
+	defer torch.Drop(logits, mask)
 	h, got, err := Entropy(logits, mask, advantage.AggTokenMean, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestPolicyLossBadInput(t *testing.T) {
 	checkLeaks(t)
 	a := tensorOf(t, []float64{0, 0, 0, 0}, []int64{2, 2}, gotch.Float)
 	b := tensorOf(t, []float64{0, 0, 0}, []int64{1, 3}, gotch.Float)
-	defer drop(a, b)
+	defer torch.Drop(a, b)
 	tests := []struct {
 		name  string
 		x     *ts.Tensor

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // linear is a tiny stand-in for the policy, so these tests need no transformer:
@@ -22,32 +24,32 @@ func newLinear(t *testing.T, v, d int, dt gotch.DType, rng *rand.Rand) linear {
 		data[i] = rng.NormFloat64() * 0.5
 	}
 	w := tensorOf(t, data, []int64{int64(v), int64(d)}, dt)
-	return linear{w: must(w.SetRequiresGrad(true, true))}
+	return linear{w: torch.Must(w.SetRequiresGrad(true, true))}
 }
 
 // forward returns logp: [B, T] and logits: [B, T, V] for x: [B, T, D], targets: [B, T].
 func (l linear) forward(x, targets *ts.Tensor) (logp, logits *ts.Tensor) {
-	wt := must(l.w.T(false))
-	logits = must(x.Matmul(wt, false))
+	wt := torch.Must(l.w.T(false))
+	logits = torch.Must(x.Matmul(wt, false))
 	wt.MustDrop()
-	lsm := must(logits.LogSoftmax(-1, logits.DType(), false))
-	idx := must(targets.Unsqueeze(-1, false))
-	g := must(lsm.Gather(2, idx, false, true))
+	lsm := torch.Must(logits.LogSoftmax(-1, logits.DType(), false))
+	idx := torch.Must(targets.Unsqueeze(-1, false))
+	g := torch.Must(lsm.Gather(2, idx, false, true))
 	idx.MustDrop()
-	return must(g.SqueezeDim(2, true)), logits
+	return torch.Must(g.SqueezeDim(2, true)), logits
 }
 
 // grad is a host copy of W's gradient.
 func (l linear) grad() []float64 {
-	g := must(l.w.Grad(false))
+	g := torch.Must(l.w.Grad(false))
 	defer g.MustDrop()
 	return values(g)
 }
 
 func (l linear) zeroGrad() {
-	g := must(l.w.Grad(false))
+	g := torch.Must(l.w.Grad(false))
 	if defined(g) {
-		inplace(g, g.Zero_)
+		torch.InPlace(g, g.Zero_)
 	}
 	g.MustDrop()
 }
@@ -120,7 +122,7 @@ func (e episode) micro(t *testing.T, l linear, lo, hi int, dt gotch.DType) (Micr
 		Adv:     tensorOf(t, advData, shape, dt),
 		Mask:    tensorOf(t, mask, shape, gotch.Float),
 	}
-	return mb, func() { drop(xt, tgt, mb.Logp, mb.Logits, mb.OldLogp, mb.RefLogp, mb.Adv, mb.Mask) }
+	return mb, func() { torch.Drop(xt, tgt, mb.Logp, mb.Logits, mb.OldLogp, mb.RefLogp, mb.Adv, mb.Mask) }
 }
 
 func relDiff(a, b []float64) float64 {

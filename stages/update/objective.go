@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mempo/mempo/stages/advantage"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -138,9 +139,9 @@ func (o Objective) Loss(mb Micro, divisor float64) (*ts.Tensor, Stats, error) {
 
 // addScaled is acc + k·x; it drops acc and x.
 func addScaled(acc, x *ts.Tensor, k float64) (out *ts.Tensor, err error) {
-	defer drop(acc, x)
-	defer catch("objective", &err)
-	kx := must(x.MulScalar(scalar(k), false))
+	defer torch.Drop(acc, x)
+	defer torch.Catch("objective", &err)
+	kx := torch.Must(x.MulScalar(scalar(k), false))
 	defer kx.MustDrop()
-	return must(acc.Add(kx, false)), nil
+	return torch.Must(acc.Add(kx, false)), nil
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/mempo/mempo/stages/safetensors"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -46,7 +47,7 @@ func SaveOptimizer(path string, o *AdamW) (err error) {
 		}
 		tensors = append(tensors, safetensors.Tensor{Name: name, DType: dt, Shape: t.MustSize(),
 			WriteData: func(w io.Writer) (err error) {
-				defer catch("save optimizer "+name, &err)
+				defer torch.Catch("save optimizer "+name, &err)
 				b := hostBytes(t)
 				_, err = w.Write(b)
 				return err
@@ -75,7 +76,7 @@ func LoadOptimizer(path string, o *AdamW) (err error) {
 			t.MustDrop()
 		}
 	}()
-	defer catch("load optimizer "+path, &err)
+	defer torch.Catch("load optimizer "+path, &err)
 	for _, info := range f.Tensors() {
 		var dt gotch.DType
 		found := false
@@ -103,16 +104,16 @@ func LoadOptimizer(path string, o *AdamW) (err error) {
 // gotch's generated constructors index the shape slice and cannot take [].
 func zerosCPU(shape []int64, dt gotch.DType) *ts.Tensor {
 	if len(shape) == 0 {
-		t := must(ts.Zeros([]int64{1}, dt, gotch.CPU))
-		return must(t.SqueezeDim(0, true))
+		t := torch.Must(ts.Zeros([]int64{1}, dt, gotch.CPU))
+		return torch.Must(t.SqueezeDim(0, true))
 	}
-	return must(ts.Zeros(shape, dt, gotch.CPU))
+	return torch.Must(ts.Zeros(shape, dt, gotch.CPU))
 }
 
 // hostBytes copies t's values, row-major, into a new byte slice.
 func hostBytes(t *ts.Tensor) []byte {
-	h := must(t.To(gotch.CPU, false))
-	c := must(h.Contiguous(true))
+	h := torch.Must(t.To(gotch.CPU, false))
+	c := torch.Must(h.Contiguous(true))
 	defer c.MustDrop()
 	return append([]byte(nil), storage(c)...)
 }

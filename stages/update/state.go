@@ -8,6 +8,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // State key suffixes and the schedule key. A parameter's entries are its name plus a
@@ -37,7 +39,7 @@ func (o *AdamW) State() (st map[string]*ts.Tensor, err error) {
 			st = nil
 		}
 	}()
-	defer catch("adamw state", &err)
+	defer torch.Catch("adamw state", &err)
 	for i, p := range o.params {
 		s := o.slots[i]
 		st[p.Name+keyExpAvg] = clone(s.expAvg)
@@ -54,21 +56,21 @@ func (o *AdamW) State() (st map[string]*ts.Tensor, err error) {
 // clone is a copy of t's values with its own storage and no autograd history
 // (detach_copy alone records a node that cannot be differentiated).
 func clone(t *ts.Tensor) *ts.Tensor {
-	d := must(t.Detach(false))
-	return must(d.DetachCopy(true))
+	d := torch.Must(t.Detach(false))
+	return torch.Must(d.DetachCopy(true))
 }
 
 // count is n as an int64 0-dim tensor.
 func count(n int64) *ts.Tensor {
-	t := must(ts.OfSlice([]int64{n}))
-	return must(t.SqueezeDim(0, true))
+	t := torch.Must(ts.OfSlice([]int64{n}))
+	return torch.Must(t.SqueezeDim(0, true))
 }
 
 // LoadState replaces the optimizer's state with st, as State wrote it: every key must be
 // present with the shape and dtype this optimizer holds, and no other key. Nothing
 // changes unless all of st is valid. The caller keeps ownership of st.
 func (o *AdamW) LoadState(st map[string]*ts.Tensor) (err error) {
-	defer catch("adamw load state", &err)
+	defer torch.Catch("adamw load state", &err)
 	type entry struct {
 		dst, src *ts.Tensor
 	}

@@ -7,78 +7,30 @@ import (
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
-
-// gotch's Must* functions call log.Fatal on a libtorch error, which no caller can
-// recover from; this package calls the error-returning variants through must, so a
-// libtorch error is a panic that the exported functions turn into an error.
-func must(t *ts.Tensor, err error) *ts.Tensor {
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
-
-// check panics on a libtorch error from an op without a tensor result (see must).
-func check(err error) {
-	if err != nil {
-		panic(err)
-	}
-}
-
-// drop frees tensors now instead of leaving them to finalizers; nil entries are skipped.
-func drop(xs ...*ts.Tensor) {
-	for _, x := range xs {
-		if x != nil {
-			x.MustDrop()
-		}
-	}
-}
-
-// catch converts a panic raised by tensor code into an error prefixed with what.
-func catch(what string, err *error) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("%s: %w", what, e)
-			return
-		}
-		*err = fmt.Errorf("%s: %v", what, r)
-	}
-}
 
 // scalar wraps v for libtorch. gotch frees scalars only by finalizer (its Scalar.Drop
 // is a no-op in v0.9.1); they hold no tensor storage.
 func scalar(v float64) *ts.Scalar { return ts.FloatScalar(v) }
 
-// inplace runs one of gotch's generated in-place ops on t and frees the handle it
-// supersedes. The generated wrappers (libtch/torch_api_generated.cpp.h, e.g.
-// atg_addcmul_) return a fresh torch::Tensor handle to the same storage and overwrite
-// the Go tensor's pointer with it without deleting the old one, which would keep the
-// storage referenced, and so alive, after t is dropped.
-func inplace(t *ts.Tensor, op func() error) {
-	old := t.Ctensor()
-	check(op())
-	if t.Ctensor() != old {
-		lib.AtFree(lib.Ctensor(old))
-	}
-}
-
 // copyInto copies src into dst in place, converting dtype and device. gotch's own
 // Copy_ exits the process on a libtorch error; this reports it as a panic instead.
 func copyInto(dst, src *ts.Tensor) {
 	lib.AtCopy_(lib.Ctensor(dst.Ctensor()), lib.Ctensor(src.Ctensor()))
-	check(ts.TorchErr())
+	torch.Check(ts.TorchErr())
 }
 
 // values copies t, of any dtype, device and layout, into a new float64 slice in
 // row-major order. gotch's Float64Values leaks its intermediate tensor.
 func values(t *ts.Tensor) []float64 {
-	d := must(t.Detach(false))
-	f := must(d.Totype(gotch.Double, true))
+	d := torch.Must(t.Detach(false))
+	f := torch.Must(d.Totype(gotch.Double, true))
 	defer f.MustDrop()
 	out := make([]float64, f.Numel())
 	if len(out) > 0 {
-		check(f.CopyData(out, uint(len(out))))
+		torch.Check(f.CopyData(out, uint(len(out))))
 	}
 	return out
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // AggregateTokens reduces per-token values x under mask to this micro-batch's share of
@@ -19,11 +21,11 @@ func AggregateTokens(x, mask *ts.Tensor, mode Agg, divisor float64) (sum *ts.Ten
 	if err := checkAgg(mode, divisor); err != nil {
 		return nil, 0, fmt.Errorf("aggregate tokens: %w", err)
 	}
-	defer catch("aggregate tokens", &err)
+	defer torch.Catch("aggregate tokens", &err)
 	sameShape("aggregate tokens", []string{"x", "mask"}, x, mask)
-	xf := must(x.Totype(computeType(x), false))
-	m := must(mask.Ne(scalar(0), false))
-	defer drop(xf, m)
+	xf := torch.Must(x.Totype(computeType(x), false))
+	m := torch.Must(mask.Ne(scalar(0), false))
+	defer torch.Drop(xf, m)
 	sum = aggregate(xf, m, mode, divisor)
 	return sum, value(sum), nil
 }
