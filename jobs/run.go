@@ -84,6 +84,21 @@ type Spec struct {
 	alive     func(pid int) bool
 }
 
+// WithDefaults fills the optional runtime fields: a discarding log and stdout, and the
+// wall clock. Stages that run outside Run (checkpoint writers) start from it too.
+func (s Spec) WithDefaults() Spec {
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	if s.Stdout == nil {
+		s.Stdout = io.Discard
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	return s
+}
+
 // Step names a point in a run, reported to Spec.Trace.
 type Step string
 
@@ -175,17 +190,8 @@ func newRunner(spec Spec) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: encode config: %w", spec.Stage, err)
 	}
-	r := &runner{spec: spec, log: spec.Log, now: spec.Now, code: CodeVersion(), config: config}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
-	}
-	r.log = r.log.With("stage", spec.Stage)
-	if r.now == nil {
-		r.now = time.Now
-	}
-	if r.spec.Stdout == nil {
-		r.spec.Stdout = io.Discard
-	}
+	spec = spec.WithDefaults()
+	r := &runner{spec: spec, log: spec.Log.With("stage", spec.Stage), now: spec.Now, code: CodeVersion(), config: config}
 	if r.spec.Host == "" {
 		if r.spec.Host, err = os.Hostname(); err != nil {
 			r.spec.Host = "localhost"

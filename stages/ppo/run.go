@@ -82,18 +82,8 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := spec.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	stdout := spec.Stdout
-	if stdout == nil {
-		stdout = io.Discard
-	}
-	now := spec.Now
-	if now == nil {
-		now = time.Now
-	}
+	spec = spec.WithDefaults()
+	log, stdout, now := spec.Log, spec.Stdout, spec.Now
 	if err := checkReference(in.Policy, in.Ref); err != nil {
 		return nil, err
 	}
@@ -110,11 +100,10 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		return nil, fmt.Errorf("update: %w", err)
 	}
 	if hit != nil {
-		st, err := update.ReadTrainerState(spec.Out)
+		st, err := update.Hit(stdout, "update", spec.Out, key)
 		if err != nil {
-			return nil, fmt.Errorf("update: cache hit %s: %w", spec.Out, err)
+			return nil, err
 		}
-		fmt.Fprintf(stdout, "update: cache hit: %s (key %s, step %d)\n", spec.Out, key.Short(), st.Step)
 		return &Result{Dir: spec.Out, Key: key, Hit: true, State: st}, nil
 	}
 	defer art.Release()

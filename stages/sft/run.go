@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"time"
@@ -79,18 +78,8 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if p == nil {
 		p = protocol.Default()
 	}
-	log := spec.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	stdout := spec.Stdout
-	if stdout == nil {
-		stdout = io.Discard
-	}
-	now := spec.Now
-	if now == nil {
-		now = time.Now
-	}
+	spec = spec.WithDefaults()
+	log, stdout, now := spec.Log, spec.Stdout, spec.Now
 	w, qs, err := questions(in, cfg.Questions)
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
@@ -117,11 +106,10 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		return nil, fmt.Errorf("sft: %w", err)
 	}
 	if hit != nil {
-		st, err := update.ReadTrainerState(spec.Out)
+		st, err := update.Hit(stdout, "sft", spec.Out, key)
 		if err != nil {
-			return nil, fmt.Errorf("sft: cache hit %s: %w", spec.Out, err)
+			return nil, err
 		}
-		fmt.Fprintf(stdout, "sft: cache hit: %s (key %s, step %d)\n", spec.Out, key.Short(), st.Step)
 		return &Result{Dir: spec.Out, Key: key, Hit: true, State: st}, nil
 	}
 	defer art.Release()

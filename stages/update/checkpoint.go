@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -162,6 +163,16 @@ func CopyFile(dst, src string) error {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
 	return format.WriteFileAtomic(dst, b)
+}
+
+// Hit reports a cache hit of stage at out on w and returns out's trainer state.
+func Hit(w io.Writer, stage, out string, key jobs.Key) (*TrainerState, error) {
+	st, err := ReadTrainerState(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cache hit %s: %w", stage, out, err)
+	}
+	fmt.Fprintf(w, "%s: cache hit: %s (key %s, step %d)\n", stage, out, key.Short(), st.Step)
+	return st, nil
 }
 
 // Artifact is a checkpoint being built: Tmp, a directory beside Out named by the cache
