@@ -14,7 +14,7 @@ import (
 // Threads sets libtorch's intra-op thread pool. Small models decode faster on one
 // thread than on several (measured on the tiny preset), large ones want every core.
 var Threads = &cli.IntFlag{Name: "threads", Category: "Runtime",
-	Usage: "libtorch intra-op threads (default 0: libtorch's choice, one per core)"}
+	Usage: "libtorch intra-op threads; 0 keeps libtorch's choice (one per core)"}
 
 // Apply applies the runtime flags of c; call it before any tensor work.
 func Apply(c *cli.Context) error {
