@@ -22,6 +22,7 @@ INIT_FLAGS     ?=
 SFT_FLAGS      ?=
 ROLLOUT_FLAGS  ?= --n 8 --max-turns 8 --max-new-tokens 64
 PROMPTS_PER_ITER ?= 16
+SCORE_FLAGS    ?=
 LOGPROB_FLAGS  ?=
 UPDATE_FLAGS   ?= --lr 1e-5 --mini-batches 2
 EVAL_FLAGS     ?= --max-turns 8 --max-new-tokens 64
@@ -66,7 +67,7 @@ $$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$
 	  --prompt-offset $$$$(( ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
-	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
 	  $(PROTO) $(LOGPROB_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
