@@ -154,11 +154,11 @@ func WriteFileAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return SyncDir(dir)
+	return Sync(dir)
 }
 
-// SyncDir fsyncs a directory so renames inside it are durable.
-func SyncDir(dir string) error {
+// Sync fsyncs a file, or a directory so that renames inside it are durable.
+func Sync(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)

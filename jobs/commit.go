@@ -208,7 +208,7 @@ func (r *runner) publish(tmp, target string, key Key) error {
 	if err := os.Rename(tmp, target); err != nil {
 		return err
 	}
-	if err := format.SyncDir(filepath.Dir(target)); err != nil {
+	if err := format.Sync(filepath.Dir(target)); err != nil {
 		r.log.Warn("sync after publish", "dir", target, "err", err)
 	}
 	r.trace(StepPublished, -1)

@@ -52,7 +52,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 	if err := os.Remove(filepath.Join(dir, format.ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail(err)
 	}
-	if err := format.SyncDir(dir); err != nil {
+	if err := format.Sync(dir); err != nil {
 		return fail(err)
 	}
 	m := r.manifest(key, nil, start)
@@ -65,7 +65,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 		m.Outputs = append(m.Outputs, o)
 	}
 	r.removeStaleShards(dir, len(srcs))
-	if err := format.SyncDir(dir); err != nil {
+	if err := format.Sync(dir); err != nil {
 		return fail(err)
 	}
 	mergeMetrics(m, parts, r.now().Sub(start).Seconds())

@@ -354,11 +354,11 @@ func commit(tmp, out string, rec Record, log *slog.Logger) error {
 		if err := os.Chmod(path, 0o644); err != nil {
 			return err
 		}
-		if err := syncFile(path); err != nil {
+		if err := format.Sync(path); err != nil {
 			return err
 		}
 	}
-	if err := format.SyncDir(tmp); err != nil {
+	if err := format.Sync(tmp); err != nil {
 		return err
 	}
 	old := ""
@@ -374,28 +374,13 @@ func commit(tmp, out string, rec Record, log *slog.Logger) error {
 	if err := os.Rename(tmp, out); err != nil {
 		return fmt.Errorf("publish %s: %w", out, err)
 	}
-	if err := format.SyncDir(filepath.Dir(out)); err != nil {
+	if err := format.Sync(filepath.Dir(out)); err != nil {
 		log.Warn("checkpoint published but its parent directory was not synced", "dir", out, "err", err)
 	}
 	if old != "" {
 		if err := os.RemoveAll(old); err != nil {
 			log.Warn("could not remove the replaced checkpoint", "dir", old, "err", err)
 		}
-	}
-	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
 }

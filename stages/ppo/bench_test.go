@@ -69,7 +69,7 @@ func miniBatch(b *testing.B, tr *trainer, adam *update.AdamW, samples []Sample, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	micros := Micro(all, func(i int) int { return samples[i].Len() }, budget)
+	micros := qwen2.BudgetBatches(all, func(i int) int { return samples[i].Len() }, budget)
 	for _, mi := range micros {
 		batch := make([]*Sample, len(mi))
 		for r, i := range mi {

@@ -232,7 +232,7 @@ func step(tr *trainer, adam *update.AdamW, samples []Sample, b Batch, cfg Config
 	if err != nil {
 		return Metric{}, err
 	}
-	micros := Micro(b.Samples, func(i int) int { return samples[i].Len() }, cfg.MicroTokenBudget)
+	micros := qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, cfg.MicroTokenBudget)
 	var st update.Stats
 	for j, mi := range micros {
 		batch := make([]*Sample, len(mi))

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/stages/qwen2"
 )
 
 // writeRows writes the three datasets of an iteration from rows, for LoadSamples.
@@ -165,8 +166,8 @@ func TestMicro(t *testing.T) {
 		{1, [][]int{{4}, {1}, {3}, {0}, {2}}},
 	}
 	for _, tt := range tests {
-		if got := Micro([]int{0, 1, 2, 3, 4}, length, tt.budget); !slices.EqualFunc(got, tt.want, slices.Equal) {
-			t.Errorf("Micro(budget %d) = %v, want %v", tt.budget, got, tt.want)
+		if got := qwen2.BudgetBatches([]int{0, 1, 2, 3, 4}, length, tt.budget); !slices.EqualFunc(got, tt.want, slices.Equal) {
+			t.Errorf("qwen2.BudgetBatches(budget %d) = %v, want %v", tt.budget, got, tt.want)
 		}
 	}
 }

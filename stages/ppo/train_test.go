@@ -54,7 +54,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			run := func(budget int, own bool) ([]float64, update.Stats, int) {
-				micros := Micro(all, func(i int) int { return samples[i].Len() }, budget)
+				micros := qwen2.BudgetBatches(all, func(i int) int { return samples[i].Len() }, budget)
 				var st update.Stats
 				for _, mi := range micros {
 					batch := make([]*Sample, len(mi))

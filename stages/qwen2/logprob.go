@@ -65,7 +65,12 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 	defer runtime.UnlockOSThread()
 	defer setGrad(setGrad(false))
 	out = make([]Scored, len(pairs))
-	for _, batch := range budgetBatches(pairs, cfg.TokenBudget) {
+	all := make([]int, len(pairs))
+	for i := range all {
+		all[i] = i
+	}
+	length := func(i int) int { return len(pairs[i].Context) + len(pairs[i].Response) }
+	for _, batch := range BudgetBatches(all, length, cfg.TokenBudget) {
 		sub := make([]Pair, len(batch))
 		for j, i := range batch {
 			sub[j] = pairs[i]
@@ -93,13 +98,16 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 	return out, nil
 }
 
-// budgetBatches groups pair indices, longest first, so rows × longest ≤ budget.
-func budgetBatches(pairs []Pair, budget int) [][]int {
-	order := make([]int, len(pairs))
-	for i := range order {
-		order[i] = i
+// BudgetBatches splits idx into batches of at most budget rows × longest length,
+// longest first with ties in idx order; an item longer than the budget gets a batch of
+// its own, and budget 0 keeps idx whole. Log-prob scoring batches pairs with it, and
+// the update forms micro-batches with it: the split changes only how a gradient is
+// accumulated, never its value beyond float rounding.
+func BudgetBatches(idx []int, length func(int) int, budget int) [][]int {
+	order := slices.Clone(idx)
+	if budget <= 0 {
+		return [][]int{order}
 	}
-	length := func(i int) int { return len(pairs[i].Context) + len(pairs[i].Response) }
 	slices.SortStableFunc(order, func(a, b int) int { return length(b) - length(a) })
 	var out [][]int
 	var cur []int

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/mempo/mempo/format"
 )
 
 // The index is built in "<dir>.tmp-<pid>" beside its target and renamed into place
@@ -33,30 +35,15 @@ func syncTree(root string) error {
 			dirs = append(dirs, path)
 			return nil
 		}
-		return syncPath(path)
+		return format.Sync(path)
 	})
 	if err != nil {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := syncPath(dirs[i]); err != nil {
+		if err := format.Sync(dirs[i]); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
 }
@@ -97,7 +84,7 @@ func publish(tmp, dir string, log *slog.Logger) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return fmt.Errorf("publish index: %w", err)
 	}
-	if err := syncPath(filepath.Dir(dir)); err != nil {
+	if err := format.Sync(filepath.Dir(dir)); err != nil {
 		log.Warn("index published but its parent directory was not synced", "dir", dir, "err", err)
 	}
 	if old != "" {

@@ -22,6 +22,8 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/tokenizer/unicode"
 	"github.com/blevesearch/bleve/v2/mapping"
 	index "github.com/blevesearch/bleve_index_api"
+
+	"github.com/mempo/mempo/format"
 )
 
 // IndexFormat versions the index layout and its analysis. Changing the analyzer,
@@ -214,7 +216,7 @@ func Build(ctx context.Context, cfg IndexConfig, opts BuildOptions) (m Meta, cac
 	if err := writeFileSync(filepath.Join(tmp, metaName), append(b, '\n')); err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
-	if err := syncPath(tmp); err != nil {
+	if err := format.Sync(tmp); err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
 	if err := publish(tmp, dir, log); err != nil {

@@ -264,7 +264,7 @@ func (a *Artifact) Publish(c Commit) error {
 		if rel == CommitFile || rel == MetricsFile || strings.HasPrefix(d.Name(), ".") {
 			return nil
 		}
-		if err := syncFile(path); err != nil {
+		if err := format.Sync(path); err != nil {
 			return err
 		}
 		sum, n, err := format.Checksum(path)
@@ -293,23 +293,11 @@ func (a *Artifact) Publish(c Commit) error {
 	if err := os.Rename(a.Tmp, a.Out); err != nil {
 		return fmt.Errorf("commit %s: %w", a.Out, err)
 	}
-	if err := format.SyncDir(filepath.Dir(a.Out)); err != nil {
+	if err := format.Sync(filepath.Dir(a.Out)); err != nil {
 		a.log.Warn("sync after publish", "dir", a.Out, "err", err)
 	}
 	if err := os.RemoveAll(old); err != nil {
 		a.log.Warn("remove previous checkpoint", "dir", old, "err", err)
-	}
-	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func (a *Artifact) SaveSnapshot(step int, m *qwen2.Model, o *AdamW, cursor any) 
 	if err := WriteJSON(filepath.Join(dir, CursorFile), cursor); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := format.SyncDir(dir); err != nil {
+	if err := format.Sync(dir); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	if err := WriteJSON(filepath.Join(a.Tmp, resumeDir, latestFile), latest{Step: step}); err != nil {
