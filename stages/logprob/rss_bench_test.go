@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,6 +96,12 @@ func TestPeakRSSChild(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MemoryPass = false
 	in := Inputs{Rollouts: rolls, Policy: filepath.Join(dir, "policy"), Ref: filepath.Join(dir, "policy")}
+	// Measure the stage, not the fixture: "5" resets the process's peak RSS (proc(5)).
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatalf("reset peak RSS: %v", err)
+	}
 	res, err := Run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(dir, "out")})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ package torch
 // const char *mempo_torch_version();
 // int mempo_torch_num_threads();
 // void mempo_torch_set_num_threads(int n);
+// int mempo_torch_fix_mmap_threshold();
 import "C"
 
 import (
@@ -13,6 +14,11 @@ import (
 
 	"github.com/sugarme/gotch"
 )
+
+func init() {
+	// See runtime.cpp: without it, peak RSS grows with the data a long stage processes.
+	C.mempo_torch_fix_mmap_threshold()
+}
 
 // WantVersion is the libtorch release gotch v0.9.1 is generated against.
 const WantVersion = "2.1.2"
