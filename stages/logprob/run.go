@@ -14,6 +14,7 @@ import (
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/bpe"
 	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // TokenizerFile is the tokenizer's file name inside a checkpoint directory.
@@ -33,6 +34,7 @@ type Inputs struct {
 // has the same digest as the policy, its log-probs are the old ones and no second pass
 // runs. Models load on the first shard that needs them, so a cache hit loads nothing.
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
+	torch.BoundHeap()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

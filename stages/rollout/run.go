@@ -27,6 +27,7 @@ import (
 	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/qwen2"
 	"github.com/mempo/mempo/stages/search"
+	"github.com/mempo/mempo/stages/torch"
 )
 
 // Stage names the rollout stage in keys and manifests.
@@ -40,6 +41,7 @@ const TokenizerFile = "tokenizer.json"
 // stage's own. The policy is loaded only when a shard has to be computed, so a cache
 // hit costs the input digests only.
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
+	torch.BoundHeap()
 	return run(ctx, cfg, in, spec, loadModel)
 }
 

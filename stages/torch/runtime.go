@@ -15,10 +15,12 @@ import (
 	"github.com/sugarme/gotch"
 )
 
-func init() {
-	// See runtime.cpp: without it, peak RSS grows with the data a long stage processes.
-	C.mempo_torch_fix_mmap_threshold()
-}
+// BoundHeap fixes glibc's mmap threshold (see runtime.cpp) so that peak RSS stays flat
+// while a stage streams a dataset of any size through the model. Stages whose work grows
+// with their input (log-prob scoring, rollout) call it; training stages do not, since
+// the extra mapping work roughly halves their step rate and their working set is
+// bounded by the batch.
+func BoundHeap() { C.mempo_torch_fix_mmap_threshold() }
 
 // WantVersion is the libtorch release gotch v0.9.1 is generated against.
 const WantVersion = "2.1.2"
