@@ -2,12 +2,10 @@ package ppo
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -91,7 +89,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if err != nil {
 		return nil, err
 	}
-	key, err := cacheKey(cfg, inputs, spec.Seed, spec.KeyDebug)
+	key, err := update.CacheKey(Stage, cfg, inputs, spec.Seed, spec.KeyDebug)
 	if err != nil {
 		return nil, err
 	}
@@ -379,24 +377,4 @@ func keyedInputs(in Inputs) ([]format.Input, error) {
 		out = append(out, i)
 	}
 	return out, nil
-}
-
-// cacheKey follows the stage runtime's scheme (jobs.Hash): labeled lines naming the
-// stage, the code, the config, every input and the seed.
-func cacheKey(cfg Config, inputs []format.Input, seed int64, debug io.Writer) (jobs.Key, error) {
-	conf, err := jobs.CanonicalJSON(cfg)
-	if err != nil {
-		return jobs.Key{}, fmt.Errorf("update: encode config: %w", err)
-	}
-	h := jobs.NewHash("stage "+Stage, debug)
-	h.Line("stage", Stage)
-	h.Line("code", jobs.CodeVersion())
-	h.Line("schema", fmt.Sprintf("checkpoint@%d", 1))
-	sum := sha256.Sum256(conf)
-	h.Line("config", hex.EncodeToString(sum[:]))
-	for _, in := range inputs {
-		h.Line("input", in.Name, in.Path, in.Digest)
-	}
-	h.Line("seed", fmt.Sprint(seed))
-	return h.Sum(), nil
 }

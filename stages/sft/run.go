@@ -3,11 +3,9 @@ package sft
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"path/filepath"
 	"time"
@@ -97,7 +95,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
-	key, err := cacheKey(cfg, inputs, spec.Seed, spec.KeyDebug)
+	key, err := update.CacheKey(Stage, cfg, inputs, spec.Seed, spec.KeyDebug)
 	if err != nil {
 		return nil, err
 	}
@@ -361,22 +359,4 @@ func keyedInputs(in Inputs, indexKey string) ([]format.Input, error) {
 	// format), as the rollout stage names it: hashing a large index's files is slow.
 	index := format.Input{Name: "index", Path: filepath.Clean(in.Index), Digest: "index:" + indexKey}
 	return []format.Input{taskIn, prompts, index, policy}, nil
-}
-
-func cacheKey(cfg Config, inputs []format.Input, seed int64, debug io.Writer) (jobs.Key, error) {
-	conf, err := jobs.CanonicalJSON(cfg)
-	if err != nil {
-		return jobs.Key{}, fmt.Errorf("sft: encode config: %w", err)
-	}
-	h := jobs.NewHash("stage "+Stage, debug)
-	h.Line("stage", Stage)
-	h.Line("code", jobs.CodeVersion())
-	h.Line("schema", "checkpoint@1")
-	sum := sha256.Sum256(conf)
-	h.Line("config", hex.EncodeToString(sum[:]))
-	for _, in := range inputs {
-		h.Line("input", in.Name, in.Path, in.Digest)
-	}
-	h.Line("seed", fmt.Sprint(seed))
-	return h.Sum(), nil
 }

@@ -1,6 +1,8 @@
 package update
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -163,6 +165,27 @@ func CopyFile(dst, src string) error {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
 	return format.WriteFileAtomic(dst, b)
+}
+
+// CacheKey keys a checkpoint of stage (sft, update) by what it depends on, with the
+// labeled lines jobs keys datasets by: stage, code version, schema, the config's
+// canonical JSON, each input's digest and the seed.
+func CacheKey(stage string, cfg any, inputs []format.Input, seed int64, debug io.Writer) (jobs.Key, error) {
+	conf, err := jobs.CanonicalJSON(cfg)
+	if err != nil {
+		return jobs.Key{}, fmt.Errorf("%s: encode config: %w", stage, err)
+	}
+	h := jobs.NewHash("stage "+stage, debug)
+	h.Line("stage", stage)
+	h.Line("code", jobs.CodeVersion())
+	h.Line("schema", "checkpoint@1")
+	sum := sha256.Sum256(conf)
+	h.Line("config", hex.EncodeToString(sum[:]))
+	for _, in := range inputs {
+		h.Line("input", in.Name, in.Path, in.Digest)
+	}
+	h.Line("seed", fmt.Sprint(seed))
+	return h.Sum(), nil
 }
 
 // Hit reports a cache hit of stage at out on w and returns out's trainer state.
