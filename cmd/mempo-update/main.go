@@ -41,6 +41,7 @@ var (
 	epochsFlag   = &cli.IntFlag{Name: "ppo-epochs", Category: "Batching", Value: def.PPOEpochs, Usage: "passes over the samples, each reshuffled with --seed"}
 	miniFlag     = &cli.IntFlag{Name: "mini-batches", Category: "Batching", Value: def.MiniBatches, Usage: "mini-batches per epoch; one optimizer step each"}
 	budgetFlag   = &cli.IntFlag{Name: "micro-token-budget", Category: "Batching", Value: def.MicroTokenBudget, Usage: "rows × padded tokens of one forward/backward pass; gradients accumulate over a mini-batch's passes exactly (0: one pass per mini-batch)"}
+	tempFlag     = &cli.Float64Flag{Name: "temperature", Category: "Loss", Value: def.Temperature, Usage: "the rollouts' sampling temperature; divides the policy's logits (the log-probs must be scored at the same)"}
 	deviceFlag   = &cli.StringFlag{Name: "device", Category: "Runtime", Value: def.Device, Usage: "where the policy trains: cpu, cuda or cuda:N"}
 	dtypeFlag    = &cli.StringFlag{Name: "dtype", Category: "Runtime", Usage: "weight precision: float32, bfloat16 (with float32 master weights) or float16 (default: the checkpoint's)"}
 	snapshotFlag = &cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Value: 1, Usage: "save a resumable snapshot after every `N` mini-batches (a killed update resumes from the last one)"}
@@ -49,7 +50,7 @@ var (
 func main() {
 	flags := append(app.Clone(outFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), app.Clone(policyFlag, refFlag, rolloutsFlag, logprobsFlag, advantagesFlag,
 		lrFlag, warmupFlag, decayFlag, gradNormFlag, clipLowFlag, clipHighFlag, dualClipFlag, klFlag, klCoefFlag,
-		entropyFlag, aggFlag, epochsFlag, miniFlag, budgetFlag, deviceFlag, dtypeFlag, torchflag.Threads, snapshotFlag)...)
+		entropyFlag, aggFlag, epochsFlag, miniFlag, budgetFlag, tempFlag, deviceFlag, dtypeFlag, torchflag.Threads, snapshotFlag)...)
 	os.Exit(app.Main(app.New("mempo-update", "train the policy by PPO on rollouts, log-probs and advantages: the next checkpoint", flags, run), os.Args))
 }
 
@@ -68,6 +69,7 @@ func run(c *cli.Context) error {
 	cfg.Objective.Clip.DualC = c.Float64(dualClipFlag.Name)
 	cfg.Objective.KLCoef, cfg.Objective.EntropyCoef = c.Float64(klCoefFlag.Name), c.Float64(entropyFlag.Name)
 	cfg.PPOEpochs, cfg.MiniBatches, cfg.MicroTokenBudget = c.Int(epochsFlag.Name), c.Int(miniFlag.Name), c.Int(budgetFlag.Name)
+	cfg.Temperature = c.Float64(tempFlag.Name)
 	cfg.Device, cfg.DType = c.String(deviceFlag.Name), c.String(dtypeFlag.Name)
 	if cfg.Objective.KL, err = advantage.ParseKL(c.String(klFlag.Name)); err != nil {
 		return app.Usage(err)

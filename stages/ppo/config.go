@@ -10,6 +10,7 @@ package ppo
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/mempo/mempo/stages/update"
 )
@@ -41,6 +42,10 @@ type Config struct {
 	// forward/backward pass; a longer sample gets a micro-batch of its own. 0 puts each
 	// mini-batch in one pass. It changes the summation order, so it is keyed.
 	MicroTokenBudget int `json:"micro_token_budget"`
+	// Temperature divides the policy's logits, as the rollout sampled and the log-prob
+	// stage scored (verl scores the actor at the rollout temperature); the log-probs
+	// must have been computed at the same temperature.
+	Temperature float64 `json:"temperature"`
 	// Chunk is the number of response positions whose logits exist at once (qwen2
 	// ScoreConfig.Chunk); 0 means 256.
 	Chunk int `json:"chunk"`
@@ -59,6 +64,7 @@ func DefaultConfig() Config {
 		PPOEpochs:        1,
 		MiniBatches:      4,
 		MicroTokenBudget: 8192,
+		Temperature:      1,
 		Device:           "cpu",
 	}
 }
@@ -78,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--mini-batches %d: want at least 1: %w", c.MiniBatches, ErrConfig)
 	case c.MicroTokenBudget < 0:
 		return fmt.Errorf("--micro-token-budget %d: want >= 0 (0: one pass per mini-batch): %w", c.MicroTokenBudget, ErrConfig)
+	case !(c.Temperature > 0) || math.IsInf(c.Temperature, 0):
+		return fmt.Errorf("--temperature %v: want > 0: %w", c.Temperature, ErrConfig)
 	case c.Chunk < 0:
 		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
 	}

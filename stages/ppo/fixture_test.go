@@ -1,6 +1,7 @@
 package ppo
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -9,8 +10,8 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/stages/torch"
 	"github.com/mempo/mempo/stages/update"
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -90,6 +91,13 @@ func randomTurns(rng *rand.Rand, trajectories int) []turn {
 // first mini-batch sees ratio 1 and KL 0 exactly.
 func newFixture(t testing.TB, turns []turn) *fixture {
 	t.Helper()
+	return newFixtureAt(t, turns, 1)
+}
+
+// newFixtureAt scores the old log-probs at temperature temp and records it in the
+// logprobs manifest, as the log-prob stage does.
+func newFixtureAt(t testing.TB, turns []turn, temp float64) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{dir: dir, turns: turns, in: Inputs{
 		Policy: filepath.Join(dir, "policy"), Ref: filepath.Join(dir, "ref"),
@@ -107,7 +115,7 @@ func newFixture(t testing.TB, turns []turn) *fixture {
 	for i, tr := range turns {
 		pairs[i] = qwen2.Pair{Context: widen(tr.ctx), Response: widen(tr.resp)}
 	}
-	scored, err := m.LogProbs(pairs, qwen2.ScoreConfig{TokenBudget: 1})
+	scored, err := m.LogProbs(pairs, qwen2.ScoreConfig{TokenBudget: 1, Temperature: temp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +131,14 @@ func newFixture(t testing.TB, turns []turn) *fixture {
 		t.Fatal(err)
 	}
 	if _, err := format.WriteDataset(f.in.Logprobs, "test", [][]format.Logprob{lps}); err != nil {
+		t.Fatal(err)
+	}
+	man, err := format.ReadManifest(f.in.Logprobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man.Config = fmt.Appendf(nil, `{"temperature":%v}`, temp)
+	if err := format.WriteManifest(f.in.Logprobs, man); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := format.WriteDataset(f.in.Advantages, "test", [][]format.Advantage{advs}); err != nil {
@@ -152,16 +168,8 @@ func gradValues(t *testing.T, m *qwen2.Model) []float64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := g.Totype(gotch.Double, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := make([]float64, d.Numel())
-		if err := d.CopyData(v, uint(len(v))); err != nil {
-			t.Fatal(err)
-		}
-		d.MustDrop()
-		out = append(out, v...)
+		out = append(out, torch.Values(g)...)
+		g.MustDrop()
 	}
 	return out
 }

@@ -106,6 +106,9 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	}
 	defer art.Release()
 
+	if err := sameTemperature(in.Logprobs, cfg.Temperature); err != nil {
+		return nil, fmt.Errorf("update: %w", err)
+	}
 	samples, err := LoadSamples(in.Rollouts, in.Logprobs, in.Advantages, cfg.Objective.KLCoef != 0)
 	if err != nil {
 		return nil, fmt.Errorf("update: %w", err)
@@ -158,7 +161,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if cur.Done > 0 {
 		progress.Skip(int64(cur.Done), int64(cur.Done))
 	}
-	tr := trainer{m: m, obj: cfg.Objective, chunk: cfg.Chunk}
+	tr := trainer{m: m, obj: cfg.Objective, chunk: cfg.Chunk, temperature: cfg.Temperature}
 	for k := cur.Done; k < len(plan); k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("update: mini-batch %d: %w (finished mini-batches are kept in %s)", k+1, err, art.Tmp)

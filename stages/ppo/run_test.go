@@ -137,6 +137,28 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestTemperature: an update at the temperature the old log-probs were scored at starts
+// from ratio 1 (ppo_kl exactly 0 on the first mini-batch); at another temperature it is
+// refused before any step.
+func TestTemperature(t *testing.T) {
+	f := newFixtureAt(t, randomTurns(rand.New(rand.NewPCG(9, 10)), 4), 0.6)
+	cfg := testConfig()
+	cfg.Temperature = 0.6
+	out := filepath.Join(f.dir, "t06")
+	if _, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: out, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if first := readMetrics(t, out)[0]; first.PPOKL != 0 || first.ClipFrac != 0 {
+		t.Errorf("first mini-batch at the scoring temperature: ppo_kl %v clipfrac %v, want 0", first.PPOKL, first.ClipFrac)
+	}
+	cfg.Temperature = 1
+	_, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "t1"), Seed: 1})
+	if !errors.Is(err, ErrInput) {
+		t.Fatalf("Run at temperature 1 on log-probs scored at 0.6 = %v, want ErrInput", err)
+	}
+	t.Log(err)
+}
+
 func TestRunRejects(t *testing.T) {
 	f := newFixture(t, randomTurns(rand.New(rand.NewPCG(5, 6)), 4))
 	cfg := testConfig()

@@ -1,6 +1,7 @@
 package ppo
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -192,4 +193,27 @@ func widen(ids []int32) []int64 {
 		out[i] = int64(id)
 	}
 	return out
+}
+
+// sameTemperature checks that the log-probs dataset was scored at temperature t: old
+// log-probs at another temperature would make every ratio wrong from the first step.
+func sameTemperature(logprobs string, t float64) error {
+	m, err := format.ReadManifest(logprobs)
+	if err != nil {
+		return fmt.Errorf("logprobs: %w", err)
+	}
+	var c struct {
+		Temperature *float64 `json:"temperature"`
+	}
+	if len(m.Config) == 0 {
+		return nil // written without a stage config (an import): nothing to check
+	}
+	if err := json.Unmarshal(m.Config, &c); err != nil {
+		return fmt.Errorf("logprobs %s: config: %v: %w", logprobs, err, ErrInput)
+	}
+	if c.Temperature != nil && *c.Temperature != t {
+		return fmt.Errorf("logprobs %s were scored at temperature %v, the update runs at %v; pass the rollout's --temperature to both mempo-logprob and mempo-update: %w",
+			logprobs, *c.Temperature, t, ErrInput)
+	}
+	return nil
 }

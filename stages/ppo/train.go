@@ -8,15 +8,15 @@ import (
 	"github.com/mempo/mempo/stages/qwen2"
 	"github.com/mempo/mempo/stages/torch"
 	"github.com/mempo/mempo/stages/update"
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
 // trainer runs the forward and backward passes of the update on one model.
 type trainer struct {
-	m     *qwen2.Model
-	obj   update.Objective
-	chunk int
+	m           *qwen2.Model
+	obj         update.Objective
+	chunk       int
+	temperature float64
 }
 
 // trainable marks every weight of m as a leaf that accumulates gradients and returns
@@ -49,7 +49,7 @@ func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err 
 		width = max(width, len(s.Response))
 		n += len(s.Response)
 	}
-	lp, ent, err := t.m.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.chunk, Entropy: true})
+	lp, ent, err := t.m.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.chunk, Entropy: true, Temperature: t.temperature})
 	if err != nil {
 		return st, err
 	}
@@ -86,13 +86,13 @@ func (t *trainer) micro(batch []*Sample, divisor float64) (st update.Stats, err 
 		off += len(s.Response)
 	}
 	shape := []int64{rows, int64(width)}
-	idx := hostTensor(pad, []int64{rows * int64(width)}, dev)
+	idx := torch.FromHost(pad, []int64{rows * int64(width)}, dev)
 	live = append(live, idx)
 	logp := padded(lp, idx, shape)
 	entropy := padded(ent, idx, shape)
 	mb := update.Micro{
-		Logp: logp, OldLogp: hostTensor(old, shape, dev), RefLogp: hostTensor(ref, shape, dev),
-		Adv: hostTensor(adv, shape, dev), Mask: hostTensor(mask, shape, dev),
+		Logp: logp, OldLogp: torch.FromHost(old, shape, dev), RefLogp: torch.FromHost(ref, shape, dev),
+		Adv: torch.FromHost(adv, shape, dev), Mask: torch.FromHost(mask, shape, dev),
 	}
 	live = append(live, logp, entropy, mb.OldLogp, mb.RefLogp, mb.Adv, mb.Mask)
 
@@ -131,14 +131,4 @@ func padded(x, idx *ts.Tensor, shape []int64) *ts.Tensor {
 	z.MustDrop()
 	sel := torch.Must(ext.IndexSelect(0, idx, true))
 	return torch.Must(sel.View(shape, true))
-}
-
-// hostTensor copies data into a new tensor of the given shape on dev.
-func hostTensor[T float32 | int64](data []T, shape []int64, dev gotch.Device) *ts.Tensor {
-	t := torch.Must(ts.OfSlice(data))
-	v := torch.Must(t.View(shape, true))
-	if dev == gotch.CPU {
-		return v
-	}
-	return torch.Must(v.To(dev, true))
 }

@@ -101,7 +101,7 @@ func TestAdamWMatchesPyTorchFormula(t *testing.T) {
 					if !near(st.GradNorm, norm, 1e-6) || st.LR != tt.lrs[k] {
 						t.Errorf("step %d: grad_norm %v lr %v, want %v %v", k+1, st.GradNorm, st.LR, norm, tt.lrs[k])
 					}
-					got := values(p)
+					got := torch.Values(p)
 					for i := range got {
 						if !near(got[i], ref.p[i], dt.tol) {
 							t.Errorf("step %d: θ = %v, want %v", k+1, got, ref.p)
@@ -134,7 +134,7 @@ func TestAdamWFirstStepByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []float64{0.4995 - 0.1, -0.999 + 0.1, 1.998}
-	got := values(p)
+	got := torch.Values(p)
 	for i := range want {
 		if !near(got[i], want[i], 1e-7) {
 			t.Errorf("θ after one step = %v, want %v", got, want)
@@ -237,9 +237,9 @@ func snapshot(t *testing.T, m trainee, opt *AdamW) map[string][]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]float64{"param w": values(m.w), "param b": values(m.b)}
+	out := map[string][]float64{"param w": torch.Values(m.w), "param b": torch.Values(m.b)}
 	for k, v := range st {
-		out[k] = values(v)
+		out[k] = torch.Values(v)
 		v.MustDrop()
 	}
 	return out
@@ -277,7 +277,7 @@ func TestStateResumeIsExact(t *testing.T) {
 			v.MustDrop()
 		}
 	}()
-	wSaved, bSaved := values(first.w), values(first.b)
+	wSaved, bSaved := torch.Values(first.w), torch.Values(first.b)
 
 	for _, load := range []bool{true, false} {
 		resumed := newTrainee(t, wSaved, bSaved)
@@ -391,7 +391,7 @@ func TestStepRejectsNonFiniteGradient(t *testing.T) {
 	if _, err := opt.Step(); !errors.Is(err, ErrNonFinite) {
 		t.Fatalf("Step with a NaN gradient = %v, want ErrNonFinite", err)
 	}
-	if got := values(p); !slices.Equal(got, []float64{1, 2, 3}) || opt.Steps() != 0 {
+	if got := torch.Values(p); !slices.Equal(got, []float64{1, 2, 3}) || opt.Steps() != 0 {
 		t.Errorf("after a rejected step θ = %v, steps %d; want [1 2 3], 0", got, opt.Steps())
 	}
 }
@@ -419,7 +419,7 @@ func TestMasterWeightsAccumulate(t *testing.T) {
 				v.MustDrop()
 			}
 		}()
-		return values(st["w.master"])[0]
+		return torch.Values(st["w.master"])[0]
 	}
 	step := func() {
 		torch.Check(opt.ZeroGrad())
@@ -429,13 +429,13 @@ func TestMasterWeightsAccumulate(t *testing.T) {
 		}
 	}
 	step()
-	if got, m := values(p)[0], master(); got != 1 || !(m < 1) {
+	if got, m := torch.Values(p)[0], master(); got != 1 || !(m < 1) {
 		t.Fatalf("after one step θ = %v, master %v; want θ still 1 and the master below 1", got, m)
 	}
 	for range 29 {
 		step()
 	}
-	got, m := values(p)[0], master()
+	got, m := torch.Values(p)[0], master()
 	if want := float64(bf16(m)); got != want || !(got < 1) {
 		t.Errorf("after 30 steps θ = %v, master %v; want θ = bf16(master) = %v < 1", got, m, want)
 	}

@@ -45,7 +45,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b continues from a's weights and the saved state.
-	pb := newParam(values(pa.T))
+	pb := newParam(torch.Values(pa.T))
 	defer torch.Drop(pb.T)
 	b, err := NewAdamW([]Param{pb}, cfg)
 	if err != nil {
@@ -60,7 +60,7 @@ func TestOptimizerFileRoundTrip(t *testing.T) {
 	}
 	step(a, pa, grads[2])
 	step(b, pb, grads[2])
-	if got, want := values(pb.T), values(pa.T); !equalBits(got, want) {
+	if got, want := torch.Values(pb.T), torch.Values(pa.T); !equalBits(got, want) {
 		t.Errorf("after a loaded step: %v, uninterrupted %v", got, want)
 	}
 

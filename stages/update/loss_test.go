@@ -174,7 +174,7 @@ func TestKLZeroWhenEqual(t *testing.T) {
 			if kind == advantage.KLK1 {
 				return // k1's gradient is 1/divisor per token
 			}
-			for i, v := range values(g) {
+			for i, v := range torch.Values(g) {
 				if v != 0 {
 					t.Errorf("d KL/d logp[%d] = %v, want exactly 0", i, v)
 				}

@@ -43,7 +43,7 @@ func (l linear) forward(x, targets *ts.Tensor) (logp, logits *ts.Tensor) {
 func (l linear) grad() []float64 {
 	g := torch.Must(l.w.Grad(false))
 	defer g.MustDrop()
-	return values(g)
+	return torch.Values(g)
 }
 
 func (l linear) zeroGrad() {

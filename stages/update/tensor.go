@@ -22,22 +22,9 @@ func copyInto(dst, src *ts.Tensor) {
 	torch.Check(ts.TorchErr())
 }
 
-// values copies t, of any dtype, device and layout, into a new float64 slice in
-// row-major order. gotch's Float64Values leaks its intermediate tensor.
-func values(t *ts.Tensor) []float64 {
-	d := torch.Must(t.Detach(false))
-	f := torch.Must(d.Totype(gotch.Double, true))
-	defer f.MustDrop()
-	out := make([]float64, f.Numel())
-	if len(out) > 0 {
-		torch.Check(f.CopyData(out, uint(len(out))))
-	}
-	return out
-}
-
 // value is the one element of t.
 func value(t *ts.Tensor) float64 {
-	v := values(t)
+	v := torch.Values(t)
 	if len(v) != 1 {
 		panic(fmt.Sprintf("value of a tensor of shape %v, want one element", t.MustSize()))
 	}
