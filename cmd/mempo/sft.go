@@ -34,6 +34,7 @@ var (
 	sftDecayFlag     = &cli.Float64Flag{Name: "weight-decay", Category: "Training", Value: sftDefault.AdamW.WeightDecay, Usage: "AdamW decoupled weight decay"}
 	sftGradNormFlag  = &cli.Float64Flag{Name: "max-grad-norm", Category: "Training", Value: sftDefault.AdamW.MaxGradNorm, Usage: "clip the global gradient L2 norm; 0 disables clipping"}
 	sftBatchFlag     = &cli.IntFlag{Name: "batch-tokens", Category: "Training", Value: sftDefault.BatchTokens, Usage: "rows × padded tokens of one optimizer step's batch"}
+	sftCtxLossFlag   = &cli.Float64Flag{Name: "context-loss-weight", Category: "Training", Value: sftDefault.ContextLossWeight, Usage: "weight of the context tokens' NLL (prompt, earlier turns, observations) next to the response's 1; 0 trains on responses only. A tiny model trained from scratch learns the corpus and copying from it faster with a small weight"}
 	sftDeviceFlag    = &cli.StringFlag{Name: "device", Category: "Runtime", Value: sftDefault.Device, Usage: "where the policy trains: cpu, cuda or cuda:N"}
 	sftDTypeFlag     = &cli.StringFlag{Name: "dtype", Category: "Runtime", Usage: "weight precision: float32, bfloat16 or float16 (default: the checkpoint's)"}
 	sftSnapshotFlag  = &cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps (default: at each epoch's end only)"}
@@ -51,7 +52,7 @@ from its last snapshot.`,
 	Flags: append(append([]cli.Flag{sftOutFlag}, app.Clone(app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag)...),
 		sftTaskFlag, sftPromptsFlag, sftIndexFlag, sftPolicyFlag, sftProtocolFlag, sftContextFlag, sftTurnsFlag,
 		sftTopKFlag, sftDropFlag, sftDistractFlag, sftQuestionsFlag, sftHeldOutFlag, sftEpochsFlag, sftLRFlag,
-		sftWarmupFlag, sftScheduleFlag, sftDecayFlag, sftGradNormFlag, sftBatchFlag, sftDeviceFlag, sftDTypeFlag,
+		sftWarmupFlag, sftScheduleFlag, sftDecayFlag, sftGradNormFlag, sftBatchFlag, sftCtxLossFlag, sftDeviceFlag, sftDTypeFlag,
 		torchflag.Threads, sftSnapshotFlag),
 	Action: runSFT,
 }
@@ -74,6 +75,7 @@ func runSFT(c *cli.Context) error {
 	cfg.AdamW.LR, cfg.AdamW.WarmupSteps = c.Float64(sftLRFlag.Name), c.Int64(sftWarmupFlag.Name)
 	cfg.AdamW.WeightDecay, cfg.AdamW.MaxGradNorm = c.Float64(sftDecayFlag.Name), c.Float64(sftGradNormFlag.Name)
 	cfg.Schedule, cfg.BatchTokens = sft.Schedule(c.String(sftScheduleFlag.Name)), c.Int(sftBatchFlag.Name)
+	cfg.ContextLossWeight = c.Float64(sftCtxLossFlag.Name)
 	cfg.Device, cfg.DType = c.String(sftDeviceFlag.Name), c.String(sftDTypeFlag.Name)
 	if path := c.String(sftProtocolFlag.Name); path != "" {
 		if cfg.Protocol, err = protocol.Load(path); err != nil {

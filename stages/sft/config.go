@@ -3,10 +3,10 @@
 // rollouts use, each trajectory is replayed through protocol.Episode with the policy's
 // tokenizer so every turn's (context, response) ids are exactly what a rollout would
 // see and produce, and the policy is trained on the mean NLL of the response tokens
-// only (prompt and observation tokens carry no loss), with AdamW, a warm-up then
-// constant or linearly decaying LR, for some epochs; the held-out NLL is reported
-// before and after. The output is a checkpoint artifact like the update stage's, plus
-// oracle.jsonl, the trajectories cloned.
+// (context tokens carry no loss unless Config.ContextLossWeight says so), with AdamW,
+// a warm-up then constant or linearly decaying LR, for some epochs; the held-out NLL
+// of the response tokens is reported before and after. The output is a checkpoint
+// artifact like the update stage's, plus oracle.jsonl, the trajectories cloned.
 package sft
 
 import (
@@ -63,6 +63,12 @@ type Config struct {
 	Schedule Schedule           `json:"schedule"`
 	// BatchTokens bounds rows × padded width of one optimizer step's batch.
 	BatchTokens int `json:"batch_tokens"`
+	// ContextLossWeight weighs the NLL of context tokens (prompt, earlier turns,
+	// observations) against the response's weight of 1; 0, the default, trains on the
+	// response only, as verl's SFT. A tiny model trained from scratch has no language
+	// model to start from: a small weight lets it learn the corpus and copying from
+	// context on every token it reads, not only on the few it writes.
+	ContextLossWeight float64 `json:"context_loss_weight"`
 	// Chunk is the response positions whose logits exist at once; 0 means 256.
 	Chunk  int    `json:"chunk"`
 	Device string `json:"device"`
@@ -110,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--schedule %q: want constant or linear: %w", c.Schedule, ErrConfig)
 	case c.BatchTokens < 1:
 		return fmt.Errorf("--batch-tokens %d: want at least 1: %w", c.BatchTokens, ErrConfig)
+	case !(c.ContextLossWeight >= 0) || math.IsInf(c.ContextLossWeight, 0):
+		return fmt.Errorf("--context-loss-weight %v: want a finite weight >= 0: %w", c.ContextLossWeight, ErrConfig)
 	case c.Chunk < 0:
 		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
 	}

@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		return nil, fmt.Errorf("sft: policy: %w", err)
 	}
 	defer m.Drop()
-	tr := trainer{m: m, chunk: cfg.Chunk}
+	tr := trainer{m: m, chunk: cfg.Chunk, ctxWeight: cfg.ContextLossWeight}
 	if !resumed {
 		if cur.HeldBefore, err = tr.eval(held, cfg.BatchTokens); err != nil {
 			return nil, fmt.Errorf("sft: held-out loss: %w", err)

@@ -9,13 +9,14 @@ import (
 	"github.com/mempo/mempo/stages/qwen2"
 	"github.com/mempo/mempo/stages/torch"
 	"github.com/mempo/mempo/stages/update"
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
 type trainer struct {
 	m     *qwen2.Model
 	chunk int
+	// ctxWeight is Config.ContextLossWeight.
+	ctxWeight float64
 }
 
 // trainable marks every weight of m as a gradient-accumulating leaf and returns them
@@ -30,8 +31,10 @@ func trainable(m *qwen2.Model) (ps []update.Param, err error) {
 }
 
 // backward runs one batch: the mean NLL of every response token of the batch (token
-// mean, as verl's SFT trainer), backpropagated into the weights' gradients. It returns
-// the loss and the token count; a non-finite loss is an error before any gradient.
+// mean, as verl's SFT trainer), backpropagated into the weights' gradients. With a
+// context weight w > 0 every context token after the first also counts, with weight w:
+// the objective is Σ weight·NLL / Σ weight. It returns the response tokens' mean NLL
+// and their count; a non-finite loss is an error before any gradient.
 func (t *trainer) backward(batch []*example) (loss float64, tokens int, err error) {
 	// libtorch keeps grad mode per OS thread; pin, and make sure it is on.
 	runtime.LockOSThread()
@@ -40,8 +43,18 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 		defer ts.GradSetEnabled(was)
 	}
 	pairs := make([]qwen2.Pair, len(batch))
+	var weights, isResponse []float32
+	var wsum float64
 	for i, e := range batch {
-		pairs[i] = qwen2.Pair{Context: e.Context, Response: e.Response}
+		pairs[i] = e.pair(t.ctxWeight > 0)
+		for range len(pairs[i].Response) - len(e.Response) {
+			weights, isResponse = append(weights, float32(t.ctxWeight)), append(isResponse, 0)
+			wsum += t.ctxWeight
+		}
+		for range e.Response {
+			weights, isResponse = append(weights, 1), append(isResponse, 1)
+			wsum++
+		}
 		tokens += len(e.Response)
 	}
 	lp, _, err := t.m.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.chunk})
@@ -52,18 +65,30 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	defer func() { torch.Drop(live...) }()
 	live = append(live, lp)
 	defer torch.Catch(fmt.Sprintf("batch of %d turns", len(batch)), &err)
-	row := torch.Must(lp.View([]int64{1, int64(tokens)}, false))
-	ones := torch.Must(ts.Ones([]int64{1, int64(tokens)}, gotch.Float, t.m.Device()))
-	live = append(live, row, ones)
-	mean, v, err := update.AggregateTokens(row, ones, advantage.AggTokenMean, float64(tokens))
+	shape := []int64{1, int64(len(weights))}
+	row := torch.Must(lp.View(shape, false))
+	w := torch.FromHost(weights, shape, t.m.Device())
+	resp := torch.FromHost(isResponse, shape, t.m.Device())
+	live = append(live, row, w, resp)
+	// The response mean is what the held-out loss measures, whatever the weight.
+	respMean, v, err := update.AggregateTokens(row, resp, advantage.AggTokenMean, float64(tokens))
 	if err != nil {
 		return 0, 0, err
 	}
-	live = append(live, mean)
+	live = append(live, respMean)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, 0, fmt.Errorf("loss %v: %w", -v, update.ErrNonFinite)
 	}
-	nll := torch.Must(mean.Neg(false))
+	objective := respMean
+	if t.ctxWeight > 0 {
+		weighted := torch.Must(row.Mul(w, false))
+		live = append(live, weighted)
+		if objective, _, err = update.AggregateTokens(weighted, w, advantage.AggTokenMean, wsum); err != nil {
+			return 0, 0, err
+		}
+		live = append(live, objective)
+	}
+	nll := torch.Must(objective.Neg(false))
 	live = append(live, nll)
 	torch.Check(nll.Backward())
 	return -v, tokens, nil
