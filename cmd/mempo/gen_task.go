@@ -44,6 +44,10 @@ var (
 		Name: "two-hop-rate", Category: "World", Value: genTaskDefault.TwoHopRate,
 		Usage: "probability that an objective goes through a relation (\"the founder of X\") and needs two searches",
 	}
+	genTaskNoYearsFlag = &cli.BoolFlag{
+		Name: "no-year-questions", Category: "Questions",
+		Usage: "keep year facts in the documents but never ask for them (a tiny model copies names far better than digit-by-digit years)",
+	}
 	genTaskTrainKFlag = &cli.IntFlag{
 		Name: "train-k", Category: "Questions", Value: genTaskDefault.TrainK,
 		Usage: "objectives per training question (the paper trains on 2)",
@@ -78,7 +82,7 @@ size recomputes.`,
 	Flags: append(append([]cli.Flag{genTaskOutFlag}, app.Clone(app.ForceFlag, app.VerifyFlag, app.SeedFlag,
 		app.ProgressFlag, app.LogLevelFlag, app.DebugFlag)...),
 		genTaskPeopleFlag, genTaskCitiesFlag, genTaskCompaniesFlag, genTaskCountriesFlag,
-		genTaskTwinRateFlag, genTaskTwoHopRateFlag, genTaskTrainKFlag, genTaskTrainFlag,
+		genTaskTwinRateFlag, genTaskTwoHopRateFlag, genTaskNoYearsFlag, genTaskTrainKFlag, genTaskTrainFlag,
 		genTaskTestKFlag, genTaskTestFlag),
 	Action: runGenTask,
 }
@@ -96,17 +100,18 @@ func runGenTask(c *cli.Context) error {
 		return fmt.Errorf("--test-k %q: %v: want comma-separated integers, e.g. 2,4,6: %w", c.String(genTaskTestKFlag.Name), err, app.ErrUsage)
 	}
 	cfg := task.Config{
-		Seed:       uint64(spec.Seed),
-		People:     c.Int(genTaskPeopleFlag.Name),
-		Cities:     c.Int(genTaskCitiesFlag.Name),
-		Companies:  c.Int(genTaskCompaniesFlag.Name),
-		Countries:  c.Int(genTaskCountriesFlag.Name),
-		TwinRate:   c.Float64(genTaskTwinRateFlag.Name),
-		TwoHopRate: c.Float64(genTaskTwoHopRateFlag.Name),
-		TrainK:     c.Int(genTaskTrainKFlag.Name),
-		Train:      c.Int(genTaskTrainFlag.Name),
-		TestK:      testK,
-		Test:       c.Int(genTaskTestFlag.Name),
+		Seed:            uint64(spec.Seed),
+		People:          c.Int(genTaskPeopleFlag.Name),
+		Cities:          c.Int(genTaskCitiesFlag.Name),
+		Companies:       c.Int(genTaskCompaniesFlag.Name),
+		Countries:       c.Int(genTaskCountriesFlag.Name),
+		TwinRate:        c.Float64(genTaskTwinRateFlag.Name),
+		TwoHopRate:      c.Float64(genTaskTwoHopRateFlag.Name),
+		NoYearQuestions: c.Bool(genTaskNoYearsFlag.Name),
+		TrainK:          c.Int(genTaskTrainKFlag.Name),
+		Train:           c.Int(genTaskTrainFlag.Name),
+		TestK:           testK,
+		Test:            c.Int(genTaskTestFlag.Name),
 	}
 	s, err := task.Run(c.Context, cfg, spec.Out, spec)
 	if err != nil {

@@ -87,14 +87,14 @@ func NewOracle(w *World, p *protocol.Protocol, ret protocol.Retriever, cfg Oracl
 	return &Oracle{w: w, p: p, ret: ret, cfg: cfg}, nil
 }
 
-// note is one remembered fact: hop j of objective i.
+// note is one remembered fact: hop j of objective i, about attribute attr of subject.
 type note struct {
 	obj, hop       int
-	subject, label string
-	value          string
+	attr           int
+	subject, value string
 }
 
-func (n note) String() string { return n.subject + " " + n.label + ": " + n.value }
+func (n note) String() string { return attributes[n.attr].statement(n.subject, n.value) }
 
 type key struct{ obj, hop int }
 
@@ -134,7 +134,10 @@ func (o *Oracle) Play(ctx context.Context, q Prompt) (Trajectory, error) {
 			}
 			pending = nil
 		}
-		next, gaveUp := o.plan(q, mem, failures)
+		next, gaveUp, err := o.plan(q, mem, failures)
+		if err != nil {
+			return Trajectory{}, err
+		}
 		memText := memoryText(mem)
 		if next == nil || t == o.cfg.MaxTurns-1 {
 			tr.Answer = o.answer(q, mem)
@@ -145,8 +148,8 @@ func (o *Oracle) Play(ctx context.Context, q Prompt) (Trajectory, error) {
 			tr.Steps = append(tr.Steps, Step{Response: o.p.Render(memText, thought, protocol.Answer, tr.Answer)})
 			break
 		}
-		query := fill(o.attr(next).query, next.subject, "")
-		thought := "I still need the " + next.label + " of " + next.subject + "."
+		query := attributes[next.attr].query(next.subject)
+		thought := "I still need the " + attributes[next.attr].label + " of " + next.subject + "."
 		if failures[key{next.obj, next.hop}] > 0 {
 			query, thought = next.subject, "That search missed; I search the name alone."
 		}
@@ -180,7 +183,7 @@ func (o *Oracle) Play(ctx context.Context, q Prompt) (Trajectory, error) {
 
 // plan picks the next fact to search: the first hop of the first unfinished objective
 // that is not in memory. An objective whose fact failed twice is given up.
-func (o *Oracle) plan(q Prompt, mem []note, failures map[key]int) (next *note, gaveUp bool) {
+func (o *Oracle) plan(q Prompt, mem []note, failures map[key]int) (next *note, gaveUp bool, err error) {
 	have := map[key]string{}
 	for _, n := range mem {
 		have[key{n.obj, n.hop}] = n.value
@@ -202,22 +205,27 @@ func (o *Oracle) plan(q Prompt, mem []note, failures map[key]int) (next *note, g
 				subject = have[key{i, j - 1}] // the remembered value, right or wrong
 			}
 			if next == nil {
-				next = &note{obj: i, hop: j, subject: subject, label: h.Label}
+				a, err := o.attrOf(h)
+				if err != nil {
+					return nil, false, fmt.Errorf("question %s: %w", q.UID, err)
+				}
+				next = &note{obj: i, hop: j, attr: a, subject: subject}
 			}
 			break
 		}
 	}
-	return next, gaveUp
+	return next, gaveUp, nil
 }
 
-// attr is the attribute a note asks for; the subject's kind disambiguates the label.
-func (o *Oracle) attr(n *note) attribute {
-	if e, ok := o.w.Lookup(n.subject); ok {
-		if a, ok := attrIndex(o.w.Entities[e].Kind, n.label); ok {
-			return attributes[a]
+// attrOf is the attribute a hop asks for; its true subject's kind disambiguates the
+// label (a city and a company both have a founding year).
+func (o *Oracle) attrOf(h Hop) (int, error) {
+	if e, ok := o.w.Lookup(h.Subject); ok {
+		if a, ok := attrIndex(o.w.Entities[e].Kind, h.Label); ok {
+			return a, nil
 		}
 	}
-	return attribute{query: "{x} " + n.label}
+	return 0, fmt.Errorf("hop %q of %q is not a fact of this world: %w", h.Label, h.Subject, ErrConfig)
 }
 
 // read takes the fact from the retrieved documents: the subject's own document, or —
@@ -228,10 +236,7 @@ func (o *Oracle) read(r *rand.Rand, n note, docs []protocol.Doc) (string, bool) 
 	if !ok {
 		return "", false
 	}
-	a, ok := attrIndex(o.w.Entities[s].Kind, n.label)
-	if !ok {
-		return "", false
-	}
+	a := n.attr
 	var own, twin string
 	for _, d := range docs {
 		i, err := strconv.Atoi(d.ID)

@@ -24,6 +24,10 @@ type Config struct {
 	// TwoHopRate is the probability that an objective goes through a relation
 	// ("the founder of X") and needs two searches.
 	TwoHopRate float64 `json:"two_hop_rate"`
+	// NoYearQuestions keeps year facts in the documents but out of the questions: with
+	// Qwen's digit-by-digit pre-tokenizer a tiny model copies a name far more readily
+	// than four digit tokens, each seen everywhere in its context.
+	NoYearQuestions bool `json:"no_year_questions,omitempty"`
 	// TrainK objectives per training question, Train questions.
 	TrainK int `json:"train_k"`
 	Train  int `json:"train"`
@@ -137,7 +141,7 @@ func (w *World) hop(subject, a int) Hop {
 func (w *World) objective(r *rand.Rand, real []int) (Objective, bool) {
 	s := real[r.IntN(len(real))]
 	e := &w.Entities[s]
-	attrs := attrsOf(e.Kind)
+	attrs := w.askable(e.Kind)
 	if r.Float64() < w.Config.TwoHopRate {
 		var rels []int
 		for _, a := range attrs {
@@ -148,7 +152,7 @@ func (w *World) objective(r *rand.Rand, real []int) (Objective, bool) {
 		if len(rels) > 0 {
 			rel := rels[r.IntN(len(rels))]
 			mid, _ := e.fact(rel)
-			second := attrsOf(w.Entities[mid.Ref].Kind)
+			second := w.askable(w.Entities[mid.Ref].Kind)
 			a := second[r.IntN(len(second))]
 			f, _ := w.Entities[mid.Ref].fact(a)
 			if f.Ref == s {
@@ -165,6 +169,17 @@ func (w *World) objective(r *rand.Rand, real []int) (Objective, bool) {
 	a := attrs[r.IntN(len(attrs))]
 	f, _ := e.fact(a)
 	return Objective{Question: fill(attributes[a].question, e.Name, ""), Aliases: w.aliases(f), Hops: []Hop{w.hop(s, a)}}, true
+}
+
+// askable are the attributes of a kind a question may ask for.
+func (w *World) askable(kind Kind) []int {
+	var out []int
+	for _, a := range attrsOf(kind) {
+		if !w.Config.NoYearQuestions || !attributes[a].isYear() {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // questions draws n questions of k distinct objectives each, none in seen.

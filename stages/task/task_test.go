@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -239,5 +240,56 @@ func TestRetention(t *testing.T) {
 				t.Errorf("Retention(%q) = %d, %d, want %d, %d", tt.mem, found, kept, tt.wantFound, tt.wantK)
 			}
 		})
+	}
+}
+
+// TestPhrases checks the attribute table's contract: the value ends every phrase, the
+// query is the statement up to its value, and within a kind no query is a prefix of
+// another's, so the words after a query in a document name one fact.
+func TestPhrases(t *testing.T) {
+	for i, a := range attributes {
+		if !strings.HasSuffix(a.phrase, " {v}") || strings.Count(a.phrase, "{x}") != 1 {
+			t.Errorf("attribute %s/%s: phrase %q must name the subject once and end with the value", a.kind, a.name, a.phrase)
+		}
+		if s, q := a.statement("Ax Bo", "Cy"), a.query("Ax Bo"); s != q+" Cy" {
+			t.Errorf("attribute %s/%s: statement %q is not query %q + value", a.kind, a.name, s, q)
+		}
+		for j, b := range attributes {
+			if i != j && a.kind == b.kind && strings.HasPrefix(b.query("X")+" ", a.query("X")+" ") {
+				t.Errorf("%s: query %q is a prefix of %q", a.kind, a.query("X"), b.query("X"))
+			}
+		}
+	}
+}
+
+// TestNoYearQuestions: with NoYearQuestions no hop of any question asks for a year,
+// while the documents still state every year fact; without it some questions do.
+func TestNoYearQuestions(t *testing.T) {
+	asksYear := func(w *World) bool {
+		for _, p := range append(slices.Clone(w.Train), w.Test...) {
+			for _, h := range p.Facts() {
+				e, _ := w.Lookup(h.Subject)
+				if a, ok := attrIndex(w.Entities[e].Kind, h.Label); ok && attributes[a].isYear() {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	c := smallConfig(4)
+	with, err := Generate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.NoYearQuestions = true
+	without, err := Generate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !asksYear(with) || asksYear(without) {
+		t.Errorf("asks for a year: default %v, NoYearQuestions %v; want true, false", asksYear(with), asksYear(without))
+	}
+	if !slices.Equal(with.Docs(), without.Docs()) {
+		t.Error("NoYearQuestions changed the corpus; it should only change the questions")
 	}
 }

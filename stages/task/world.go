@@ -28,33 +28,48 @@ const (
 	Country Kind = "country"
 )
 
-// attribute is one fact type: how it reads in a document, a question, a query and a memory.
+// attribute is one fact type: how it reads in a document, a question, a query and a
+// memory. One phrase serves the document, the query and the memory: the document
+// states "{x} works as a {v}.", the oracle searches "{x} works as a" and remembers
+// "{x} works as a {v}", so that reading a fact is copying the words that follow the
+// query in the retrieved text — a pattern a small model learns early.
 type attribute struct {
 	kind     Kind
 	name     string
 	target   Kind   // kind of the entity the value names; "" for a literal value
 	lo, hi   int    // year range of a year literal
-	sentence string // document sentence: {x} subject, {v} value
+	phrase   string // {x} subject, {v} value; the value comes last
 	question string // {x} is the subject phrase
 	relation string // subject phrase through this relation, for two-hop questions
-	query    string // the oracle's search query
-	label    string // memory line "{x} <label>: <value>"
+	label    string // what the oracle's <think> says it still needs
 }
 
-// attributes in document order per kind.
+// attributes in document order per kind. Within a kind no phrase is a prefix of
+// another, so a query names one fact.
 var attributes = []attribute{
-	{kind: Person, name: "occupation", sentence: "{x} works as a {v}.", question: "What is the occupation of {x}?", query: "{x} works as", label: "occupation"},
-	{kind: Person, name: "birth_year", lo: 1900, hi: 2000, sentence: "{x} was born in {v}.", question: "In what year was {x} born?", query: "{x} born in year", label: "birth year"},
-	{kind: Person, name: "birth_city", target: City, sentence: "{x} was born in the city of {v}.", question: "In which city was {x} born?", relation: "the birth city of {x}", query: "{x} born in city", label: "birth city"},
-	{kind: Person, name: "employer", target: Company, sentence: "{x} works for {v}.", question: "Which company does {x} work for?", relation: "the employer of {x}", query: "{x} works for", label: "employer"},
-	{kind: City, name: "country", target: Country, sentence: "{x} is a city in {v}.", question: "In which country is {x}?", relation: "the country of {x}", query: "{x} city in country", label: "country"},
-	{kind: City, name: "founded", lo: 1200, hi: 1950, sentence: "{x} was founded in {v}.", question: "In what year was {x} founded?", query: "{x} founded in", label: "founded"},
-	{kind: City, name: "mayor", target: Person, sentence: "The mayor of {x} is {v}.", question: "Who is the mayor of {x}?", relation: "the mayor of {x}", query: "mayor of {x}", label: "mayor"},
-	{kind: Company, name: "founded", lo: 1850, hi: 2015, sentence: "{x} was founded in {v}.", question: "In what year was {x} founded?", query: "{x} founded in", label: "founded"},
-	{kind: Company, name: "founder", target: Person, sentence: "{x} was founded by {v}.", question: "Who founded {x}?", relation: "the founder of {x}", query: "{x} founded by", label: "founder"},
-	{kind: Company, name: "base", target: City, sentence: "{x} is based in {v}.", question: "In which city is {x} based?", relation: "the home city of {x}", query: "{x} based in", label: "base"},
-	{kind: Country, name: "capital", target: City, sentence: "The capital of {x} is {v}.", question: "What is the capital of {x}?", relation: "the capital of {x}", query: "capital of {x}", label: "capital"},
-	{kind: Country, name: "independence", lo: 1800, hi: 1990, sentence: "{x} became independent in {v}.", question: "In what year did {x} become independent?", query: "{x} independent in", label: "independence"},
+	{kind: Person, name: "occupation", phrase: "{x} works as a {v}", question: "What is the occupation of {x}?", label: "occupation"},
+	{kind: Person, name: "birth_year", lo: 1900, hi: 2000, phrase: "{x} was born in the year {v}", question: "In what year was {x} born?", label: "birth year"},
+	{kind: Person, name: "birth_city", target: City, phrase: "{x} was born in the city of {v}", question: "In which city was {x} born?", relation: "the birth city of {x}", label: "birth city"},
+	{kind: Person, name: "employer", target: Company, phrase: "{x} is employed by {v}", question: "Which company does {x} work for?", relation: "the employer of {x}", label: "employer"},
+	{kind: City, name: "country", target: Country, phrase: "{x} is a city in {v}", question: "In which country is {x}?", relation: "the country of {x}", label: "country"},
+	{kind: City, name: "founded", lo: 1200, hi: 1950, phrase: "{x} was founded in the year {v}", question: "In what year was {x} founded?", label: "founding year"},
+	{kind: City, name: "mayor", target: Person, phrase: "The mayor of {x} is {v}", question: "Who is the mayor of {x}?", relation: "the mayor of {x}", label: "mayor"},
+	{kind: Company, name: "founded", lo: 1850, hi: 2015, phrase: "{x} was founded in the year {v}", question: "In what year was {x} founded?", label: "founding year"},
+	{kind: Company, name: "founder", target: Person, phrase: "{x} was founded by {v}", question: "Who founded {x}?", relation: "the founder of {x}", label: "founder"},
+	{kind: Company, name: "base", target: City, phrase: "{x} is based in {v}", question: "In which city is {x} based?", relation: "the home city of {x}", label: "home city"},
+	{kind: Country, name: "capital", target: City, phrase: "The capital of {x} is {v}", question: "What is the capital of {x}?", relation: "the capital of {x}", label: "capital"},
+	{kind: Country, name: "independence", lo: 1800, hi: 1990, phrase: "{x} became independent in the year {v}", question: "In what year did {x} become independent?", label: "independence year"},
+}
+
+// isYear reports whether the value is a year literal.
+func (a attribute) isYear() bool { return a.hi > 0 }
+
+// statement is the fact as the document states it and the memory keeps it.
+func (a attribute) statement(x, v string) string { return fill(a.phrase, x, v) }
+
+// query is the phrase up to the value: what the oracle searches for the fact.
+func (a attribute) query(x string) string {
+	return strings.TrimSpace(fill(strings.TrimSuffix(a.phrase, "{v}"), x, ""))
 }
 
 func attrsOf(kind Kind) []int {
@@ -118,7 +133,7 @@ func (e *Entity) Doc() protocol.Doc {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(fill(attributes[f.Attr].sentence, e.Name, f.Value))
+		b.WriteString(attributes[f.Attr].statement(e.Name, f.Value) + ".")
 	}
 	return protocol.Doc{ID: e.DocID, Contents: fmt.Sprintf("%q\n%s", e.Name, b.String())}
 }
