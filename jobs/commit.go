@@ -190,31 +190,14 @@ func (r *runner) writeManifest(dir string, m *format.Manifest) error {
 	return r.spec.writeFile(filepath.Join(dir, format.ManifestName), append(b, '\n'))
 }
 
-// publish renames the finished temp dir over target. A directory cannot be renamed over
-// a non-empty one, so an old output is first moved aside and removed only after the
-// new one is in place; a kill between the two renames leaves the complete temp dir,
-// which the rerun publishes without recomputing. Steps after the rename are logged,
-// not returned: the output is committed by then.
+// publish renames the finished temp dir over target (format.PublishDir: a kill between
+// its two renames leaves the complete temp dir, which the rerun publishes without
+// recomputing), then drops the completion records resume no longer needs.
 func (r *runner) publish(tmp, target string, key Key) error {
-	old := target + ".old-" + key.Short()
-	if err := os.RemoveAll(old); err != nil {
+	if err := format.PublishDir(tmp, target, target+".old-"+key.Short(), r.log); err != nil {
 		return err
-	}
-	if _, err := os.Lstat(target); err == nil {
-		if err := os.Rename(target, old); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		return err
-	}
-	if err := format.Sync(filepath.Dir(target)); err != nil {
-		r.log.Warn("sync after publish", "dir", target, "err", err)
 	}
 	r.trace(StepPublished, -1)
-	if err := os.RemoveAll(old); err != nil {
-		r.log.Warn("remove previous output", "dir", old, "err", err)
-	}
 	if err := os.RemoveAll(filepath.Join(target, recordsDir)); err != nil {
 		r.log.Warn("remove completion records", "dir", target, "err", err)
 	}

@@ -361,26 +361,8 @@ func commit(tmp, out string, rec Record, log *slog.Logger) error {
 	if err := format.Sync(tmp); err != nil {
 		return err
 	}
-	old := ""
-	if _, err := os.Lstat(out); err == nil {
-		old = out + ".old-" + strconv.Itoa(os.Getpid())
-		if err := os.RemoveAll(old); err != nil {
-			return err
-		}
-		if err := os.Rename(out, old); err != nil {
-			return fmt.Errorf("move the old %s aside: %w", out, err)
-		}
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return fmt.Errorf("publish %s: %w", out, err)
-	}
-	if err := format.Sync(filepath.Dir(out)); err != nil {
-		log.Warn("checkpoint published but its parent directory was not synced", "dir", out, "err", err)
-	}
-	if old != "" {
-		if err := os.RemoveAll(old); err != nil {
-			log.Warn("could not remove the replaced checkpoint", "dir", old, "err", err)
-		}
+	if err := format.PublishDir(tmp, out, out+".old-"+strconv.Itoa(os.Getpid()), log); err != nil {
+		return err
 	}
 	return nil
 }

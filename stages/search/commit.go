@@ -67,32 +67,10 @@ func writeFileSync(path string, data []byte) error {
 	return nil
 }
 
-// publish renames the complete directory tmp to dir. An existing dir is moved
-// aside first and removed after; failing to remove it is logged, not returned,
-// because the new index is already in place.
+// publish renames the complete directory tmp to dir (format.PublishDir), moving an
+// existing index aside under this process's name.
 func publish(tmp, dir string, log *slog.Logger) error {
-	old := ""
-	if _, err := os.Lstat(dir); err == nil {
-		old = dir + oldInfix + strconv.Itoa(os.Getpid())
-		if err := os.RemoveAll(old); err != nil {
-			return fmt.Errorf("remove %s: %w", old, err)
-		}
-		if err := os.Rename(dir, old); err != nil {
-			return fmt.Errorf("move old index aside: %w", err)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return fmt.Errorf("publish index: %w", err)
-	}
-	if err := format.Sync(filepath.Dir(dir)); err != nil {
-		log.Warn("index published but its parent directory was not synced", "dir", dir, "err", err)
-	}
-	if old != "" {
-		if err := os.RemoveAll(old); err != nil {
-			log.Warn("could not remove replaced index", "dir", old, "err", err)
-		}
-	}
-	return nil
+	return format.PublishDir(tmp, dir, dir+oldInfix+strconv.Itoa(os.Getpid()), log)
 }
 
 // removeStale deletes scratch directories of earlier builds of dir whose process

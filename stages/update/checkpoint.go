@@ -304,23 +304,8 @@ func (a *Artifact) Publish(c Commit) error {
 	if err := WriteJSON(filepath.Join(a.Tmp, CommitFile), c); err != nil {
 		return fmt.Errorf("commit %s: %w", a.Out, err)
 	}
-	old := a.Out + ".old-" + a.Key.Short()
-	if err := os.RemoveAll(old); err != nil {
-		return fmt.Errorf("commit %s: %w", a.Out, err)
-	}
-	if _, err := os.Lstat(a.Out); err == nil {
-		if err := os.Rename(a.Out, old); err != nil {
-			return fmt.Errorf("commit %s: move the previous checkpoint aside: %w", a.Out, err)
-		}
-	}
-	if err := os.Rename(a.Tmp, a.Out); err != nil {
-		return fmt.Errorf("commit %s: %w", a.Out, err)
-	}
-	if err := format.Sync(filepath.Dir(a.Out)); err != nil {
-		a.log.Warn("sync after publish", "dir", a.Out, "err", err)
-	}
-	if err := os.RemoveAll(old); err != nil {
-		a.log.Warn("remove previous checkpoint", "dir", old, "err", err)
+	if err := format.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
