@@ -47,7 +47,7 @@ func run(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		cfg.AnswerOpen, cfg.AnswerSeparator = p.Answer.Open, p.AnswerSeparator
+		cfg.AnswerOpen, cfg.AnswerSeparator, cfg.Probe = p.Answer.Open, p.AnswerSeparator, p.MemoryProbe
 	}
 	if err := cfg.Validate(); err != nil {
 		return app.Usage(err)

@@ -55,6 +55,9 @@ type Config struct {
 	AnswerOpen string `json:"answer_open"`
 	// AnswerSeparator joins the first alias of each objective into the gold answer a*.
 	AnswerSeparator string `json:"answer_separator"`
+	// Probe is teacher-forced between the memory (or history) and AnswerOpen, unscored
+	// (protocol.Protocol.MemoryProbe).
+	Probe string `json:"probe,omitempty"`
 }
 
 // DefaultConfig is the stage's default: the built-in protocol's <answer> and "; ",

@@ -10,15 +10,15 @@ import (
 	"github.com/mempo/mempo/stages/qwen2"
 )
 
-// target is the memory pass's teacher-forced continuation for one question: the
-// answer tag, then a*. Only a*'s tokens are scored (DESIGN.md §7).
+// target is the memory pass's teacher-forced continuation for one question: the probe
+// and the answer tag, then a*. Only a*'s tokens are scored (DESIGN.md §7).
 type target struct {
 	ids  []int64 // tag, then a*
 	from int     // index of a*'s first token in ids
 }
 
-// answerTarget tokenizes "<answer>" + a*, where a* joins the first alias of each
-// objective. The pair is encoded as one string, as the rollout generated it (tags are
+// answerTarget tokenizes probe + "<answer>" + a*, where a* joins the first alias of
+// each objective. The pair is encoded as one string, as the rollout generated it (tags are
 // special tokens of our tokenizers, so the split after the tag is exact); should the
 // tag's tokens merge with a*'s, the tag and a* are encoded apart instead.
 func answerTarget(tok *bpe.Tokenizer, cfg Config, golds [][]string) (target, error) {
@@ -33,8 +33,8 @@ func answerTarget(tok *bpe.Tokenizer, cfg Config, golds [][]string) (target, err
 		first[k] = aliases[0]
 	}
 	answer := joinAnswers(first, cfg.AnswerSeparator)
-	tag := tok.Encode(cfg.AnswerOpen)
-	ids := tok.Encode(cfg.AnswerOpen + answer)
+	tag := tok.Encode(cfg.Probe + cfg.AnswerOpen)
+	ids := tok.Encode(cfg.Probe + cfg.AnswerOpen + answer)
 	if !slices.Equal(ids[:min(len(tag), len(ids))], tag) {
 		ids = append(slices.Clone(tag), tok.Encode(answer)...)
 	}

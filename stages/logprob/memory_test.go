@@ -89,6 +89,18 @@ func TestAnswerTarget(t *testing.T) {
 	if diff := cmp.Diff(want, tg.ids); diff != "" || tg.from != 1 {
 		t.Errorf("answerTarget: from %d, ids (-want +got):\n%s", tg.from, diff)
 	}
+	// A probe is teacher-forced before the tag and not scored.
+	cfg := DefaultConfig()
+	cfg.Probe = "<think>done</think>"
+	tg, err = answerTarget(tok, cfg, [][]string{{"paris"}, {"oslo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead := widen(tok.Encode("<think>done</think><answer>"))
+	want = append(slices.Clone(lead), widen(tok.Encode("paris; oslo"))...)
+	if diff := cmp.Diff(want, tg.ids); diff != "" || tg.from != len(lead) {
+		t.Errorf("answerTarget with a probe: from %d, want %d; ids (-want +got):\n%s", tg.from, len(lead), diff)
+	}
 	for _, golds := range [][][]string{nil, {{}}, {{"paris"}, {""}}} {
 		if _, err := answerTarget(tok, DefaultConfig(), golds); err == nil {
 			t.Errorf("answerTarget(%q) = nil error, want one", golds)

@@ -44,6 +44,12 @@ type Protocol struct {
 	SearchJSON string `json:"search_json"`
 	// AnswerSeparator joins the K answers of a multi-objective question ("; ").
 	AnswerSeparator string `json:"answer_separator"`
+	// MemoryProbe is the text MemPO's memory pass puts between a memory (or the full
+	// history) and the answer tag before it scores the gold answer. Empty is DESIGN.md
+	// §7's "<mem>m</mem><answer>a*"; a policy that always thinks before it answers
+	// (a small model cloned from a scripted agent) predicts the answer from its memory
+	// only after its usual thought, e.g. "<think>I have found every part, so I answer.</think>".
+	MemoryProbe string `json:"memory_probe,omitempty"`
 	// Lenient accepts Search-R1's rule: the first complete action block anywhere in the
 	// response, with any text around it and the memory and thought blocks optional.
 	// Otherwise the response must be exactly memory, thought, one action.
