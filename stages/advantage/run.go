@@ -103,7 +103,7 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 	if err != nil {
 		return err
 	}
-	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard))
+	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard), cfg.MemCoef != 0)
 	if err != nil {
 		return err
 	}
@@ -142,8 +142,10 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 }
 
 // joinTurns pairs each rollout turn with its log-prob row; both shards list the same
-// (uid, sample, turn) keys in the same sorted order.
-func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string) ([]Turn, error) {
+// (uid, sample, turn) keys in the same sorted order. A memory turn needs p_mem and
+// p_full when needMem; without (--mem-coef 0, log-probs scored with --memory-pass=false)
+// such a turn counts as one without a memory reward.
+func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, needMem bool) ([]Turn, error) {
 	if len(rolls) != len(lps) {
 		return nil, fmt.Errorf("%s: %d rows for %d rollout turns: %w", lpPath, len(lps), len(rolls), ErrInput)
 	}
@@ -155,9 +157,9 @@ func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string) ([]T
 				lpPath, i, l.UID, l.Sample, l.Turn, r.UID, r.Sample, r.Turn, ErrInput)
 		}
 		t := Turn{UID: r.UID, Sample: int(r.Sample), Turn: int(r.Turn), ResponseLen: len(r.ResponseIDs)}
-		if r.MemEnd != r.MemStart {
+		if r.MemEnd != r.MemStart && (needMem || l.PMem != nil && l.PFull != nil) {
 			if l.PMem == nil || l.PFull == nil {
-				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no p_mem/p_full: %w",
+				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no p_mem/p_full (scored with --memory-pass=false?); --mem-coef 0 needs none: %w",
 					lpPath, i, r.UID, r.Sample, r.Turn, ErrInput)
 			}
 			t.Mem = &Span{Start: int(r.MemStart), End: int(r.MemEnd)}

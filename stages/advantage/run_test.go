@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mempo/mempo/format"
@@ -128,4 +130,44 @@ func TestRunStageRejectsForeignInputs(t *testing.T) {
 	if _, err := format.OpenDataset(filepath.Join(dir, "adv")); !errors.Is(err, format.ErrNotDataset) {
 		t.Errorf("OpenDataset after a rejected run = %v, want ErrNotDataset", err)
 	}
+}
+
+// TestRunStageWithoutMemoryPass: log-probs scored with --memory-pass=false carry no
+// p_mem; GRPO (--mem-coef 0) runs on them with the advantages it computes from full
+// log-probs, MemPO refuses them.
+func TestRunStageWithoutMemoryPass(t *testing.T) {
+	dir := t.TempDir()
+	full, bare := stageFixture(t, t.TempDir()), stageFixture(t, t.TempDir())
+	rows, err := format.ReadDataset[format.Logprob](bare.Logprobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		rows[i].PMem, rows[i].PFull = nil, nil
+	}
+	if err := os.RemoveAll(bare.Logprobs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := format.WriteDataset(bare.Logprobs, "test", [][]format.Logprob{rows}); err != nil {
+		t.Fatal(err)
+	}
+	grpo := DefaultConfig()
+	grpo.MemCoef = 0
+	if _, err := Run(context.Background(), grpo, full, jobs.Spec{Out: filepath.Join(dir, "adv-full")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), grpo, bare, jobs.Spec{Out: filepath.Join(dir, "adv-bare")}); err != nil {
+		t.Fatalf("GRPO without a memory pass: %v", err)
+	}
+	want, got := readAdvantages(t, filepath.Join(dir, "adv-full")), readAdvantages(t, filepath.Join(dir, "adv-bare"))
+	for i := range want {
+		if !slices.Equal(want[i].Advantages, got[i].Advantages) || got[i].MemReward != nil {
+			t.Errorf("row %d: advantages %v mem_reward %v, want %v and none", i, got[i].Advantages, got[i].MemReward, want[i].Advantages)
+		}
+	}
+	_, err = Run(context.Background(), DefaultConfig(), bare, jobs.Spec{Out: filepath.Join(dir, "adv-mempo")})
+	if !errors.Is(err, ErrInput) {
+		t.Fatalf("MemPO without a memory pass = %v, want ErrInput", err)
+	}
+	t.Log(err)
 }
