@@ -52,6 +52,8 @@ type Reporter struct {
 	done, skipped int64
 	rows, tokens  int64
 	finished      bool
+	// unit and rowUnit name the work and the rows in Line: shards and rows unless Units.
+	unit, rowUnit string
 }
 
 // NewReporter starts reporting total units of work called name to w.
@@ -62,25 +64,32 @@ func NewReporter(w io.Writer, mode Progress, name string, total int64, now func(
 	if every <= 0 {
 		every = defaultEvery
 	}
-	r := &Reporter{w: w, mode: mode, name: name, total: total, now: now, every: every}
+	r := &Reporter{w: w, mode: mode, name: name, total: total, now: now, every: every, unit: "shards", rowUnit: "rows"}
 	if w == nil {
 		r.mode = ProgressNone
 	}
 	r.start = now()
 	r.last = r.start
-	if r.mode == ProgressBar {
-		r.bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription(name),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("shards"),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
-		)
-	}
+	r.newBar()
 	return r
+}
+
+// newBar (re)creates the terminal bar in bar mode, counting in r.unit.
+func (r *Reporter) newBar() {
+	if r.mode != ProgressBar {
+		return
+	}
+	w := r.w
+	r.bar = progressbar.NewOptions64(r.total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(r.name),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString(r.unit),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+	)
 }
 
 // Skip counts units an earlier run finished.
@@ -132,19 +141,29 @@ func (r *Reporter) Finish() {
 	}
 }
 
+// Units renames the work and the rows in the progress display (a trainer reports steps
+// and sequences, not shards and rows) and returns r; call it before any progress.
+func (r *Reporter) Units(work, rows string) *Reporter {
+	if r != nil {
+		r.unit, r.rowUnit = work, rows
+		r.newBar()
+	}
+	return r
+}
+
 // Line is the plain progress line, e.g.
 // "rollout: 3/8 shards (38%), 1200 rows, 0.5 shards/s, 940 tok/s, eta 10s".
 func (r *Reporter) Line() string {
 	elapsed := r.now().Sub(r.start)
-	s := fmt.Sprintf("%s: %d/%d shards", r.name, r.done, r.total)
+	s := fmt.Sprintf("%s: %d/%d %s", r.name, r.done, r.total, r.unit)
 	if r.total > 0 {
 		s += fmt.Sprintf(" (%.0f%%)", 100*float64(r.done)/float64(r.total))
 	}
-	s += fmt.Sprintf(", %d rows", r.rows)
+	s += fmt.Sprintf(", %d %s", r.rows, r.rowUnit)
 	fresh := r.done - r.skipped
 	if elapsed > 0 && fresh > 0 {
 		rate := float64(fresh) / elapsed.Seconds()
-		s += fmt.Sprintf(", %.3g shards/s", rate)
+		s += fmt.Sprintf(", %.3g %s/s", rate, r.unit)
 		if tps := r.tokensPerSecond(); tps > 0 {
 			s += fmt.Sprintf(", %.0f tok/s", tps)
 		}

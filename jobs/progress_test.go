@@ -50,6 +50,10 @@ func TestReporterDoneLine(t *testing.T) {
 	if got, want := r.Line(), "score: 2/2 shards (100%), 10 rows, 1 shards/s, done in 2s"; got != want {
 		t.Errorf("Line() = %q, want %q", got, want)
 	}
+	r.Units("steps", "sequences")
+	if got, want := r.Line(), "score: 2/2 steps (100%), 10 sequences, 1 steps/s, done in 2s"; got != want {
+		t.Errorf("Line() after Units = %q, want %q", got, want)
+	}
 }
 
 func TestReporterBar(t *testing.T) {

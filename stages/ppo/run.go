@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		return nil, fmt.Errorf("update: %w", err)
 	}
 
-	progress := jobs.NewReporter(spec.ProgressOut, spec.Progress, Stage, int64(len(plan)), now, spec.ProgressEvery)
+	progress := jobs.NewReporter(spec.ProgressOut, spec.Progress, Stage, int64(len(plan)), now, spec.ProgressEvery).Units("mini-batches", "sequences")
 	defer progress.Finish()
 	if cur.Done > 0 {
 		progress.Skip(int64(cur.Done), int64(cur.Done))

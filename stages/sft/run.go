@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		log.Info("resuming", "dir", art.Tmp, "steps_done", cur.Done, "of", len(steps))
 	}
 
-	progress := jobs.NewReporter(spec.ProgressOut, spec.Progress, Stage, int64(len(steps)), now, spec.ProgressEvery)
+	progress := jobs.NewReporter(spec.ProgressOut, spec.Progress, Stage, int64(len(steps)), now, spec.ProgressEvery).Units("steps", "sequences")
 	defer progress.Finish()
 	progress.Skip(int64(cur.Done), 0)
 	for k := cur.Done; k < len(steps); k++ {
