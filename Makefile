@@ -46,9 +46,12 @@ test-torch: libtorch
 bench: libtorch
 	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...
 
-# The main job: the embedded default end to end (pipelines/demo.mk), then its table.
+# The main job: the embedded default end to end (pipelines/demo.mk), then its table. The two
+# RL variants and the evaluations are independent branches of the DAG: DEMO_JOBS of them run
+# at once, each stage on one thread (decoding gains little from a second one).
+DEMO_JOBS ?= 2
 demo: build
-	@$(MAKE) --no-print-directory -f pipelines/demo.mk run
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/demo.mk run
 	@echo; cat runs/demo/eval/results.md; echo; echo "plots: runs/demo/eval/*.png"
 
 clean:

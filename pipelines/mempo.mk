@@ -16,12 +16,17 @@ VARIANTS ?= mempo grpo
 # Advantage flags per variant: GRPO is MemPO without the memory advantage.
 ADV_FLAGS_mempo ?= --mem-coef 1
 ADV_FLAGS_grpo  ?= --mem-coef 0
+# GRPO needs no P_mem/P_full: its log-prob stage skips the memory pass.
+LOGPROB_FLAGS_grpo ?= --memory-pass=false
 
 TASK_FLAGS     ?=
 INIT_FLAGS     ?=
 SFT_FLAGS      ?=
 ROLLOUT_FLAGS  ?= --n 8 --max-turns 8 --max-new-tokens 64
 PROMPTS_PER_ITER ?= 16
+# Iteration k takes the PROMPTS_PER_ITER training prompts from RL_PROMPT_OFFSET + (k-1)·PROMPTS_PER_ITER,
+# so RL sees prompts that SFT's --questions did not when the offset skips them.
+RL_PROMPT_OFFSET ?= 0
 SCORE_FLAGS    ?=
 LOGPROB_FLAGS  ?=
 UPDATE_FLAGS   ?= --lr 1e-5 --mini-batches 2
@@ -64,13 +69,13 @@ define iteration
 $(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
 $$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
 	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --index $(INDEX) \
-	  --prompt-offset $$$$(( ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
+	  --prompt-offset $$$$(( $(RL_PROMPT_OFFSET) + ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
 	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
-	  $(PROTO) $(LOGPROB_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifest.json $$($(1)_ITER_$(2))/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
 	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
@@ -87,8 +92,22 @@ $(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(call iteration,$(v),$(
 FINAL = $(call policy_dir,$(1),$(ITERS))
 
 EVAL_POLICIES = --policy sft=$(SFT) $(foreach v,$(VARIANTS),--policy $(v)=$(call FINAL,$(v))) --policy full=$(SFT)@full
-$(EVAL)/results.md: $(SFT)/checkpoint.json $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
-	$(BIN)/mempo eval --task $(TASK) --index $(INDEX) $(EVAL_POLICIES) $(PROTO) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL) && touch $@
+EVAL_ARGS = --task $(TASK) --index $(INDEX) $(PROTO) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL)
+
+# eval_part(name, policy[@context], checkpoint): one policy's cached rollouts and scores on
+# every test set, a process of its own so that `make -j` evaluates policies in parallel
+# (and the SFT start while RL still runs).
+define eval_part
+$(EVAL)/.$(1).done: $(3)/checkpoint.json $(INDEX)/mempo_index.json
+	$(BIN)/mempo eval $(EVAL_ARGS) --policy $(1)=$(2) --no-report && touch $$@
+endef
+$(foreach v,$(VARIANTS),$(eval $(call eval_part,$(v),$(call FINAL,$(v)),$(call FINAL,$(v)))))
+$(eval $(call eval_part,sft,$(SFT),$(SFT)))
+$(eval $(call eval_part,full,$(SFT)@full,$(SFT)))
+
+# The table and plots: every part is a cache hit by now.
+$(EVAL)/results.md: $(foreach v,$(VARIANTS),$(EVAL)/.$(v).done) $(EVAL)/.sft.done $(EVAL)/.full.done
+	$(BIN)/mempo eval $(EVAL_ARGS) $(EVAL_POLICIES) && touch $@
 
 # The training curves: mean reward and KL to the reference per iteration.
 $(EVAL)/reward_vs_iter.png: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
@@ -115,3 +134,13 @@ rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.
 	$(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(SFT) \
 	  --rollouts $(RESCORE_DIR)/rollouts --logprobs $(RESCORE_DIR)/logprobs --advantages $(RESCORE_DIR)/advantages-$(RESCORE) \
 	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/policy-$(RESCORE)
+
+# Every dataset's digest and every checkpoint's weights hash, one per line: two runs of
+# one revision print the same lines (checkpoint.json also records the code version, so
+# the weights are compared instead).
+.PHONY: digests
+digests:
+	@for m in $$(find $(RUN_DIR) -name _manifest.json -not -path '*/parts/*' | sort); do \
+	  d=$$(dirname $$m); echo "$$d $$($(BIN)/mempo inspect --head 0 $$d | awk '$$1 == "digest" {print $$2}')"; \
+	done
+	@find $(RUN_DIR) -name '*.safetensors' | sort | xargs sha256sum | awk '{print $$2, $$1}'

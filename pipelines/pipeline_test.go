@@ -46,7 +46,7 @@ func TestPipeline(t *testing.T) {
 	run := filepath.Join(dir, "run")
 	make := func(targets ...string) string {
 		t.Helper()
-		args := append([]string{"--no-print-directory", "-f", "mempo.mk", "BIN=" + bin, "RUN_DIR=" + run}, tiny...)
+		args := append([]string{"--no-print-directory", "-j2", "-f", "mempo.mk", "BIN=" + bin, "RUN_DIR=" + run}, tiny...)
 		cmd := exec.Command("make", append(args, targets...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

@@ -33,6 +33,7 @@ var (
 	evalTokFlag   = &cli.IntFlag{Name: "max-new-tokens", Category: "Eval", Value: 128, Usage: "tokens generated per turn at most"}
 	evalLimitFlag = &cli.IntFlag{Name: "limit", Category: "Eval", Usage: "questions per test set at most (default 0: all)"}
 	evalPPSFlag   = &cli.IntFlag{Name: "prompts-per-shard", Category: "Eval", Value: 16, Usage: "questions generated together per shard"}
+	evalNoRepFlag = &cli.BoolFlag{Name: "no-report", Category: "Output", Usage: "only roll out and score (cached under --out); leave the table and plots to a later call with every policy, so separate processes can evaluate policies in parallel"}
 )
 
 var evalCommand = &cli.Command{
@@ -40,10 +41,12 @@ var evalCommand = &cli.Command{
 	Usage: "roll out policies on test sets and report F1, EM, TT, PT, turns, invalid rate and retention per K",
 	Description: `Each (policy, test set) pair is a cached rollout and score run under --out/<name>/k<K>/;
 then results.md, results.csv, f1_vs_k.png and pt_vs_k.png are written to --out and the table
-is printed. A rerun recomputes only what changed.`,
+is printed. A rerun recomputes only what changed, so policies can be evaluated in
+parallel processes with --no-report into one --out, then reported together by a
+call naming them all (pipelines/mempo.mk does).`,
 	Flags: append(app.Clone(app.OutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag),
 		app.Clone(evalPolicyFlag, evalTaskFlag, evalTestFlag, evalIndexFlag, evalProtoFlag, evalNFlag, evalTempFlag,
-			evalTurnsFlag, evalTokFlag, evalLimitFlag, evalPPSFlag, torchflag.Threads)...),
+			evalTurnsFlag, evalTokFlag, evalLimitFlag, evalPPSFlag, evalNoRepFlag, torchflag.Threads)...),
 	Action: runEval,
 }
 
@@ -142,6 +145,9 @@ func runEval(c *cli.Context) error {
 			}
 			rows = append(rows, row)
 		}
+	}
+	if c.Bool(evalNoRepFlag.Name) {
+		return nil
 	}
 	return report(c, out, rows)
 }
