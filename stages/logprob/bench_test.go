@@ -27,7 +27,7 @@ func benchRollouts(questions, samples, turns, vocab int) ([]format.Rollout, map[
 	var rows []format.Rollout
 	for q := range questions {
 		uid := string(rune('a' + q))
-		targets[uid] = target{ids: append([]int64{9}, widen(toks(6))...), from: 1}
+		targets[uid] = target{ids: append([]int64{9}, qwen2.Tokens(toks(6))...), from: 1}
 		prompt := toks(150)
 		for s := range samples {
 			ctx := prompt
@@ -74,7 +74,7 @@ func BenchmarkLogprobPasses(b *testing.B) {
 	var pairs []qwen2.Pair
 	tokens := 0
 	for _, r := range rows {
-		pairs = append(pairs, qwen2.Pair{Context: widen(r.PromptIDs), Response: widen(r.ResponseIDs)})
+		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
 		tokens += len(r.PromptIDs) + len(r.ResponseIDs)
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: 8192, Chunk: 256}

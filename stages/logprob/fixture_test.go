@@ -116,7 +116,7 @@ func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string
 		for turn := range turns {
 			reqs := make([]qwen2.Request, samples)
 			for s := range reqs {
-				reqs[s] = qwen2.Request{Prompt: widen(ctx[s]), Seed: uint64(1000*qi + 10*s + turn)}
+				reqs[s] = qwen2.Request{Prompt: qwen2.Tokens(ctx[s]), Seed: uint64(1000*qi + 10*s + turn)}
 			}
 			gen, err := m.Generate(reqs, sample.Config{Temperature: 1, MaxNewTokens: 8})
 			if err != nil {

@@ -41,22 +41,13 @@ func answerTarget(tok *bpe.Tokenizer, cfg Config, golds [][]string) (target, err
 	if len(ids) == len(tag) {
 		return target{}, fmt.Errorf("gold answer %q encodes to no tokens", answer)
 	}
-	return target{ids: widen(ids), from: len(tag)}, nil
+	return target{ids: qwen2.Tokens(ids), from: len(tag)}, nil
 }
 
 func joinAnswers(a []string, sep string) string {
 	out := a[0]
 	for _, s := range a[1:] {
 		out += sep + s
-	}
-	return out
-}
-
-// widen converts token ids to the model's int64.
-func widen(ids []int32) []int64 {
-	out := make([]int64, len(ids))
-	for i, id := range ids {
-		out[i] = int64(id)
 	}
 	return out
 }
@@ -108,7 +99,7 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 			flush()
 		}
 		groupUID, groupPrompt = tr[0].UID, prompt
-		trunk := widen(prompt)
+		trunk := qwen2.Tokens(prompt)
 		var full qwen2.Tree
 		var fullRows []int
 		for t := range tr {
@@ -121,7 +112,7 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 				full.Branches = append(full.Branches, qwen2.Branch{Prefix: len(trunk), IDs: tg.ids, From: tg.from})
 				fullRows = append(fullRows, row)
 
-				mem := widen(r.ResponseIDs[r.MemStart:r.MemEnd])
+				mem := qwen2.Tokens(r.ResponseIDs[r.MemStart:r.MemEnd])
 				ids := append(mem, tg.ids...)
 				if n := len(prompt) + len(ids); n > maxPos {
 					return p, fmt.Errorf("%s: %s: P_mem needs %d positions (prompt %d + memory %d + answer %d), the model has %d: %w",
@@ -131,13 +122,13 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 					flush()
 				}
 				if group == nil {
-					group = &qwen2.Tree{Trunk: widen(prompt)}
+					group = &qwen2.Tree{Trunk: qwen2.Tokens(prompt)}
 				}
 				group.Branches = append(group.Branches, qwen2.Branch{Prefix: len(prompt), IDs: ids, From: len(mem) + tg.from})
 				groupRows = append(groupRows, row)
 			}
-			trunk = append(trunk, widen(r.ResponseIDs)...)
-			trunk = append(trunk, widen(r.ObservationIDs)...)
+			trunk = append(trunk, qwen2.Tokens(r.ResponseIDs)...)
+			trunk = append(trunk, qwen2.Tokens(r.ObservationIDs)...)
 		}
 		if len(full.Branches) > 0 {
 			last := full.Branches[len(full.Branches)-1].Prefix

@@ -23,18 +23,18 @@ func separatePairs(trajs [][]format.Rollout, targets map[string]target) (pairs [
 	base := 0
 	for _, tr := range trajs {
 		tg := targets[tr[0].UID]
-		prompt := widen(tr[0].PromptIDs)
+		prompt := qwen2.Tokens(tr[0].PromptIDs)
 		hist := slices.Clone(prompt)
 		for t, r := range tr {
 			if hasMemory(&r) {
-				mem := append(slices.Clone(prompt), widen(r.ResponseIDs[r.MemStart:r.MemEnd])...)
+				mem := append(slices.Clone(prompt), qwen2.Tokens(r.ResponseIDs[r.MemStart:r.MemEnd])...)
 				pairs = append(pairs, qwen2.Pair{Context: mem, Response: tg.ids}, qwen2.Pair{Context: slices.Clone(hist), Response: tg.ids})
 				rows = append(rows, base+t, base+t)
 				full = append(full, false, true)
 				from = append(from, tg.from, tg.from)
 			}
-			hist = append(hist, widen(r.ResponseIDs)...)
-			hist = append(hist, widen(r.ObservationIDs)...)
+			hist = append(hist, qwen2.Tokens(r.ResponseIDs)...)
+			hist = append(hist, qwen2.Tokens(r.ObservationIDs)...)
 		}
 		base += len(tr)
 	}
@@ -85,7 +85,7 @@ func TestAnswerTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	open, _ := tok.Special("<answer>")
-	want := append([]int64{int64(open)}, widen(tok.Encode("paris; oslo"))...)
+	want := append([]int64{int64(open)}, qwen2.Tokens(tok.Encode("paris; oslo"))...)
 	if diff := cmp.Diff(want, tg.ids); diff != "" || tg.from != 1 {
 		t.Errorf("answerTarget: from %d, ids (-want +got):\n%s", tg.from, diff)
 	}
@@ -96,8 +96,8 @@ func TestAnswerTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lead := widen(tok.Encode("<think>done</think><answer>"))
-	want = append(slices.Clone(lead), widen(tok.Encode("paris; oslo"))...)
+	lead := qwen2.Tokens(tok.Encode("<think>done</think><answer>"))
+	want = append(slices.Clone(lead), qwen2.Tokens(tok.Encode("paris; oslo"))...)
 	if diff := cmp.Diff(want, tg.ids); diff != "" || tg.from != len(lead) {
 		t.Errorf("answerTarget with a probe: from %d, want %d; ids (-want +got):\n%s", tg.from, len(lead), diff)
 	}
@@ -234,9 +234,9 @@ func TestMemoryHoldsAnswer(t *testing.T) {
 
 	var pairs []qwen2.Pair
 	for _, x := range []string{"paris", "oslo"} {
-		answer := widen(enc("<answer>" + x))
-		mem := widen(append(slices.Clone(prompt), enc("<mem>"+x+"</mem>")...))
-		hist := widen(slices.Concat(prompt, resp0(x), obs))
+		answer := qwen2.Tokens(enc("<answer>" + x))
+		mem := qwen2.Tokens(append(slices.Clone(prompt), enc("<mem>"+x+"</mem>")...))
+		hist := qwen2.Tokens(slices.Concat(prompt, resp0(x), obs))
 		pairs = append(pairs, qwen2.Pair{Context: mem, Response: answer}, qwen2.Pair{Context: hist, Response: answer})
 	}
 	adam(t, m, pairs, 80, 2e-3)

@@ -252,7 +252,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		if err := s.check(file, i, r); err != nil {
 			return err
 		}
-		pairs[i] = qwen2.Pair{Context: widen(r.PromptIDs), Response: widen(r.ResponseIDs)}
+		pairs[i] = qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)}
 		tokens += int64(len(r.PromptIDs) + len(r.ResponseIDs))
 	}
 	out := make([]format.Logprob, len(rows))

@@ -113,7 +113,7 @@ func newFixtureAt(t testing.TB, turns []turn, temp float64) *fixture {
 	defer m.Drop()
 	pairs := make([]qwen2.Pair, len(turns))
 	for i, tr := range turns {
-		pairs[i] = qwen2.Pair{Context: widen(tr.ctx), Response: widen(tr.resp)}
+		pairs[i] = qwen2.Pair{Context: qwen2.Tokens(tr.ctx), Response: qwen2.Tokens(tr.resp)}
 	}
 	scored, err := m.LogProbs(pairs, qwen2.ScoreConfig{TokenBudget: 1, Temperature: temp})
 	if err != nil {
@@ -193,7 +193,7 @@ func responseLogp(t *testing.T, dir string, turns []turn) [][]float32 {
 	defer m.Drop()
 	pairs := make([]qwen2.Pair, len(turns))
 	for i, tr := range turns {
-		pairs[i] = qwen2.Pair{Context: widen(tr.ctx), Response: widen(tr.resp)}
+		pairs[i] = qwen2.Pair{Context: qwen2.Tokens(tr.ctx), Response: qwen2.Tokens(tr.resp)}
 	}
 	scored, err := m.LogProbs(pairs, qwen2.ScoreConfig{TokenBudget: 1})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/stages/qwen2"
 )
 
 // Sample is one training sample: one turn of one trajectory. Its pruned context is the
@@ -146,7 +147,7 @@ func LoadSamples(rollouts, logprobs, advantages string, withRef bool) ([]Sample,
 				return nil, fmt.Errorf("%s: %s: empty prompt_ids: the first response token needs a context: %w", where, k, ErrInput)
 			}
 			s := Sample{UID: ro.UID, Sample: ro.Sample, Turn: ro.Turn,
-				Context: widen(ro.PromptIDs), Response: widen(ro.ResponseIDs),
+				Context: qwen2.Tokens(ro.PromptIDs), Response: qwen2.Tokens(ro.ResponseIDs),
 				Old: lp.row.OldLogprobs, Adv: ad.row.Advantages}
 			if withRef {
 				s.Ref = lp.row.RefLogprobs
@@ -185,14 +186,6 @@ func firstUnused[R any](m map[turnKey]*located[R]) func() (turnKey, string, int,
 		}
 		return bk, best.path, best.idx, true
 	}
-}
-
-func widen(ids []int32) []int64 {
-	out := make([]int64, len(ids))
-	for i, id := range ids {
-		out[i] = int64(id)
-	}
-	return out
 }
 
 // sameTemperature checks that the log-probs dataset was scored at temperature t: old

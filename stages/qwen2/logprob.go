@@ -17,6 +17,16 @@ type Pair struct {
 	Response []int64
 }
 
+// Tokens widens token ids as datasets and tokenizers hold them (int32) to the model's
+// int64.
+func Tokens(ids []int32) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
 // ScoreConfig sets how log-probs are computed.
 type ScoreConfig struct {
 	// TokenBudget bounds rows × padded width of one forward pass; a pair longer than

@@ -110,11 +110,7 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 		batch := todo[lo:min(lo+size, len(todo))]
 		qs := make([]qwen2.Request, len(batch))
 		for j, i := range batch {
-			p := make([]int64, len(reqs[i].Context))
-			for k, id := range reqs[i].Context {
-				p[k] = int64(id)
-			}
-			qs[j] = qwen2.Request{Prompt: p, Seed: reqs[i].Seed}
+			qs[j] = qwen2.Request{Prompt: qwen2.Tokens(reqs[i].Context), Seed: reqs[i].Seed}
 		}
 		comps, err := s.m.Generate(qs, s.cfg)
 		if err != nil {
@@ -150,11 +146,7 @@ func stops(p *protocol.Protocol, tok protocol.Tokenizer) [][]int64 {
 		if len(ids) == 0 {
 			continue
 		}
-		seq := make([]int64, len(ids))
-		for i, id := range ids {
-			seq[i] = int64(id)
-		}
-		out = append(out, seq)
+		out = append(out, qwen2.Tokens(ids))
 	}
 	return out
 }

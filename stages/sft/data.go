@@ -131,7 +131,7 @@ func replay(p *protocol.Protocol, tok protocol.Tokenizer, cfg protocol.Config, q
 				return nil, fmt.Errorf("question %s turn %d: %w", q.UID, t, err)
 			}
 		}
-		out = append(out, example{UID: q.UID, Turn: t, Context: widen(c.IDs()), Response: widen(ids)})
+		out = append(out, example{UID: q.UID, Turn: t, Context: qwen2.Tokens(c.IDs()), Response: qwen2.Tokens(ids)})
 	}
 	return out, nil
 }
@@ -186,14 +186,6 @@ func plan(examples []example, train []int, epochs, budget int, rng *rand.Rand) [
 		if len(cur) > 0 {
 			out = append(out, batch{Epoch: e, Examples: cur})
 		}
-	}
-	return out
-}
-
-func widen(ids []int32) []int64 {
-	out := make([]int64, len(ids))
-	for i, id := range ids {
-		out[i] = int64(id)
 	}
 	return out
 }
