@@ -43,17 +43,12 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 		defer ts.GradSetEnabled(was)
 	}
 	pairs := make([]qwen2.Pair, len(batch))
-	var weights, isResponse []float32
-	var wsum float64
+	var isResponse []float32 // per scored token: 0 in the context, 1 in the response
 	for i, e := range batch {
 		pairs[i] = e.pair(t.ctxWeight > 0)
-		for range len(pairs[i].Response) - len(e.Response) {
-			weights, isResponse = append(weights, float32(t.ctxWeight)), append(isResponse, 0)
-			wsum += t.ctxWeight
-		}
+		isResponse = append(isResponse, make([]float32, len(pairs[i].Response)-len(e.Response))...)
 		for range e.Response {
-			weights, isResponse = append(weights, 1), append(isResponse, 1)
-			wsum++
+			isResponse = append(isResponse, 1)
 		}
 		tokens += len(e.Response)
 	}
@@ -65,11 +60,10 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	defer func() { torch.Drop(live...) }()
 	live = append(live, lp)
 	defer torch.Catch(fmt.Sprintf("batch of %d turns", len(batch)), &err)
-	shape := []int64{1, int64(len(weights))}
+	shape := []int64{1, int64(len(isResponse))}
 	row := torch.Must(lp.View(shape, false))
-	w := torch.FromHost(weights, shape, t.m.Device())
 	resp := torch.FromHost(isResponse, shape, t.m.Device())
-	live = append(live, row, w, resp)
+	live = append(live, row, resp)
 	// The response mean is what the held-out loss measures, whatever the weight.
 	respMean, v, err := update.AggregateTokens(row, resp, advantage.AggTokenMean, float64(tokens))
 	if err != nil {
@@ -81,8 +75,18 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	}
 	objective := respMean
 	if t.ctxWeight > 0 {
+		// Weight w on a context token, 1 on a response token.
+		weights := make([]float32, len(isResponse))
+		for i, r := range isResponse {
+			weights[i] = float32(t.ctxWeight)
+			if r == 1 {
+				weights[i] = 1
+			}
+		}
+		wsum := float64(tokens) + t.ctxWeight*float64(len(isResponse)-tokens)
+		w := torch.FromHost(weights, shape, t.m.Device())
 		weighted := torch.Must(row.Mul(w, false))
-		live = append(live, weighted)
+		live = append(live, w, weighted)
 		if objective, _, err = update.AggregateTokens(weighted, w, advantage.AggTokenMean, wsum); err != nil {
 			return 0, 0, err
 		}
