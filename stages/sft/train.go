@@ -77,13 +77,14 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	if t.ctxWeight > 0 {
 		// Weight w on a context token, 1 on a response token.
 		weights := make([]float32, len(isResponse))
+		var wsum float64
 		for i, r := range isResponse {
-			weights[i] = float32(t.ctxWeight)
 			if r == 1 {
-				weights[i] = 1
+				weights[i], wsum = 1, wsum+1
+			} else {
+				weights[i], wsum = float32(t.ctxWeight), wsum+t.ctxWeight
 			}
 		}
-		wsum := float64(tokens) + t.ctxWeight*float64(len(isResponse)-tokens)
 		w := torch.FromHost(weights, shape, t.m.Device())
 		weighted := torch.Must(row.Mul(w, false))
 		live = append(live, w, weighted)
