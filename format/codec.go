@@ -119,6 +119,8 @@ func codecFor(t reflect.Type) (codec, bool) {
 		return scalar[float32, *array.Float32Builder, *array.Float32](arrow.PrimitiveTypes.Float32, nil), true
 	case reflect.TypeFor[float64]():
 		return scalar[float64, *array.Float64Builder, *array.Float64](arrow.PrimitiveTypes.Float64, nil), true
+	case reflect.TypeFor[*int32]():
+		return nullable[int32, *array.Int32Builder, *array.Int32](arrow.PrimitiveTypes.Int32, nil), true
 	case reflect.TypeFor[*float32]():
 		return nullable[float32, *array.Float32Builder, *array.Float32](arrow.PrimitiveTypes.Float32, nil), true
 	case reflect.TypeFor[*float64]():

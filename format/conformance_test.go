@@ -26,6 +26,7 @@ import (
 // the column — never a panic, never leaked Arrow memory.
 
 func f32(v float32) *float32 { return &v }
+func i32(v int32) *int32     { return &v }
 
 func samplePrompts() []Prompt {
 	return []Prompt{
@@ -43,7 +44,8 @@ func sampleRollouts() []Rollout {
 	return []Rollout{
 		{UID: "p0", Sample: 0, Turn: 0, PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11, 12, 13},
 			SamplingLogprobs: []float32{-0.5, -1.25, -0.125, 0}, MemStart: 0, MemEnd: 2, Response: "<mem>a</mem><search>x</search>",
-			Memory: "a", Action: "search", Query: "x", Observation: "<information>Doc 1(Title: X) y</information>", Finish: "stop", PolicyDigest: "abc"},
+			Memory: "a", Action: "search", Query: "x", Observation: "<information>Doc 1(Title: X) y</information>", ObservationIDs: []int32{30, 31, 32},
+			Finish: "stop", PolicyDigest: "abc"},
 		{UID: "p0", Sample: 0, Turn: 1, PromptIDs: []int32{1, 2}, ResponseIDs: []int32{20}, SamplingLogprobs: []float32{-3},
 			Action: "answer", Query: "Paris", Finish: "stop", PolicyDigest: "abc"},
 		{UID: "p0", Sample: 1, Turn: 0, Action: "invalid", Finish: "length", PolicyDigest: "abc"},
@@ -64,9 +66,10 @@ func sampleScores() []Score {
 
 func sampleLogprobs() []Logprob {
 	return []Logprob{
-		{UID: "p0", Sample: 0, Turn: 0, OldLogprobs: []float32{-0.5, -1}, RefLogprobs: []float32{-0.6, -0.9}, PMem: f32(0.75), PFull: f32(0.5)},
+		{UID: "p0", Sample: 0, Turn: 0, OldLogprobs: []float32{-0.5, -1}, RefLogprobs: []float32{-0.6, -0.9}, PMem: f32(0.75), PFull: f32(0.5),
+			MemGolds: i32(1), Objectives: 2},
 		{UID: "p0", Sample: 0, Turn: 1, OldLogprobs: []float32{-2}, RefLogprobs: []float32{-2.5}},
-		{UID: "p0", Sample: 1, Turn: 0, PMem: f32(0), PFull: nil},
+		{UID: "p0", Sample: 1, Turn: 0, PMem: f32(0), PFull: nil, MemGolds: i32(0), Objectives: 2},
 		{UID: "p1", Sample: 2, Turn: 3, OldLogprobs: []float32{0}, RefLogprobs: []float32{0}, PMem: nil, PFull: f32(1)},
 	}
 }

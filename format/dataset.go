@@ -83,13 +83,17 @@ func Checksum(path string) (sum string, size int64, err error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// checkKind fails when the dataset's manifest is of another kind or version than R.
-func checkKind[R Row](d *Dataset) error {
+// CheckKind fails when the dataset's manifest is of another kind or version than R, so a
+// stage can refuse a stale input before it loads anything else.
+func CheckKind[R Row](d *Dataset) error {
 	l := layoutFor[R]()
 	m := d.Manifest
 	path := filepath.Join(d.Dir, ManifestName)
 	if m.Kind != l.kind {
 		return fmt.Errorf("read %s: kind %q, want %q: %w", path, m.Kind, l.kind, ErrSchemaMismatch)
+	}
+	if why, ok := retired[m.Kind][m.SchemaVersion]; ok {
+		return fmt.Errorf("read %s: kind %s schema version %d, want %d: %s: %w", path, m.Kind, m.SchemaVersion, l.version, why, ErrSchemaMismatch)
 	}
 	if m.SchemaVersion != l.version {
 		return fmt.Errorf("read %s: kind %s schema version %d, want %d (rewrite it with this mempo version): %w",
@@ -102,7 +106,7 @@ func checkKind[R Row](d *Dataset) error {
 // checked against the manifest (size, and sha256 unless WithVerify(false)) before its
 // rows are decoded.
 func OpenShards[R Row](d *Dataset, opts ...Option) (*Reader[R], error) {
-	if err := checkKind[R](d); err != nil {
+	if err := CheckKind[R](d); err != nil {
 		return nil, err
 	}
 	srcs := make([]source, d.Len())
@@ -117,7 +121,7 @@ func OpenShard[R Row](d *Dataset, i int, opts ...Option) (*Reader[R], error) {
 	if i < 0 || i >= d.Len() {
 		return nil, fmt.Errorf("read %s: shard %d of %d: out of range", d.Dir, i, d.Len())
 	}
-	if err := checkKind[R](d); err != nil {
+	if err := CheckKind[R](d); err != nil {
 		return nil, err
 	}
 	return newReader[R]([]source{{path: d.Path(i), want: &d.Manifest.Outputs[i]}}, opts)

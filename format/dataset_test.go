@@ -2,9 +2,11 @@ package format
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -311,5 +313,84 @@ func TestDamagedBytesNeverPanic(t *testing.T) {
 				t.Errorf("byte %d flipped: error %v does not name %s", pos, err, bad)
 			}
 		}()
+	}
+}
+
+func TestRolloutInvariants(t *testing.T) {
+	ok := sampleRollouts()
+	for _, c := range []struct {
+		name string
+		edit func(r *Rollout)
+		want string // "" for no violation
+	}{
+		{"valid", func(*Rollout) {}, ""},
+		{"observation without ids", func(r *Rollout) { r.ObservationIDs = nil }, "observation of 44 bytes with 0 observation_ids"},
+		{"ids without observation", func(r *Rollout) { r.Observation = "" }, "observation of 0 bytes with 3 observation_ids"},
+		{"memory span past the response", func(r *Rollout) { r.MemEnd = 5 }, "memory span [0, 5) outside the response's 4 tokens"},
+		{"inverted memory span", func(r *Rollout) { r.MemStart = 2; r.MemEnd = 1 }, "memory span [2, 1)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := ok[0]
+			r.ObservationIDs = slices.Clone(r.ObservationIDs)
+			c.edit(&r)
+			err := r.Check()
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("Check() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvariant) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Check() = %v, want ErrInvariant containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// A dataset whose rows break an invariant is refused by CheckRows, naming the shard, the
+// row and its key; a dataset of the retired rollouts version 1 is refused on open with the
+// reason and the fix.
+func TestCheckRows(t *testing.T) {
+	rows := sampleRollouts()
+	dir := filepath.Join(tempDir(t), "ds")
+	if _, err := WriteDataset(dir, "test", [][]Rollout{rows}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDataset(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckRows(10); err != nil {
+		t.Fatalf("CheckRows on valid rows = %v", err)
+	}
+
+	rows[0].ObservationIDs = nil
+	bad := filepath.Join(tempDir(t), "bad")
+	if _, err := WriteDataset(bad, "test", [][]Rollout{rows}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = OpenDataset(bad); err != nil {
+		t.Fatal(err)
+	}
+	err = d.CheckRows(10)
+	if !errors.Is(err, ErrInvariant) || !strings.Contains(err.Error(), "part-00000.parquet: row 0 (uid p0 sample 0 turn 0)") {
+		t.Fatalf("CheckRows = %v, want the shard and row named", err)
+	}
+
+	m := d.Manifest
+	m.SchemaVersion = 1
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = OpenDataset(bad); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenShards[Rollout](d)
+	if !errors.Is(err, ErrSchemaMismatch) || !strings.Contains(err.Error(), "re-run the rollout stage") {
+		t.Fatalf("OpenShards on a version-1 rollouts dataset = %v, want ErrSchemaMismatch saying to re-run the rollout stage", err)
 	}
 }

@@ -63,7 +63,7 @@ func TestInspect(t *testing.T) {
 	if err := s.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"kind       rollouts (schema version 1)", "part-00001.parquet", "len min 0 max 3 mean 1.4", "distinct 3", "first 3 rows", "  uid: \"p0\"", `response: "<mem>a</mem><search>x</search>"`} {
+	for _, want := range []string{"kind       rollouts (schema version 2)", "part-00001.parquet", "len min 0 max 3 mean 1.4", "distinct 3", "first 3 rows", "  uid: \"p0\"", `response: "<mem>a</mem><search>x</search>"`} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("WriteText output lacks %q:\n%s", want, text.String())
 		}

@@ -3,13 +3,24 @@ package format
 // Schema versions, one per kind. Bump a kind's version whenever its columns change
 // meaning, type or name; readers refuse any other version instead of guessing.
 const (
-	PromptsVersion    = 1
-	RolloutsVersion   = 1
-	ScoresVersion     = 1
-	LogprobsVersion   = 1
+	PromptsVersion = 1
+	// RolloutsVersion 2 records observation_ids for every observation; version 1 left
+	// them empty, so the memory pass scored P_full on histories without the retrieved
+	// documents.
+	RolloutsVersion = 2
+	ScoresVersion   = 1
+	// LogprobsVersion 2 adds mem_golds and objectives: what each memory holds.
+	LogprobsVersion   = 2
 	AdvantagesVersion = 1
 	MetricsVersion    = 1
 )
+
+// retired gives, for a schema version retired because its rows were wrong, the reason
+// and the fix; readers refuse such a dataset with it.
+var retired = map[Kind]map[int]string{
+	KindRollouts: {1: "written before rollouts recorded observation_ids, so the memory pass would score P_full " +
+		"on histories without the retrieved documents; re-run the rollout stage (mempo-rollout --force) to rewrite it"},
+}
 
 // Row is the set of typed rows a shard holds, one Go type per kind. Each field's
 // `arrow:"name"` tag is the Parquet column name; the column type follows from the Go
@@ -79,6 +90,26 @@ type Logprob struct {
 	RefLogprobs []float32 `arrow:"ref_logprobs"`
 	PMem        *float32  `arrow:"p_mem"`  // nil when the turn wrote no memory
 	PFull       *float32  `arrow:"p_full"` // nil when the turn wrote no memory
+	// MemGolds counts the objectives whose gold answer (any alias, case-insensitive)
+	// the memory text holds, of Objectives; nil when the turn wrote no memory or the
+	// memory pass did not run. It lets a user see whether P_mem measures what MemPO
+	// claims: memories holding every answer should score higher than those holding none.
+	MemGolds   *int32 `arrow:"mem_golds"`
+	Objectives int32  `arrow:"objectives"` // K of the question; 0 without the memory pass
+}
+
+// Holds classes the turn's memory by the gold answers it holds: "all" objectives',
+// "some", "none"; "" when MemGolds is unknown.
+func (l *Logprob) Holds() string {
+	switch {
+	case l.MemGolds == nil:
+		return ""
+	case *l.MemGolds == 0:
+		return "none"
+	case *l.MemGolds >= l.Objectives:
+		return "all"
+	}
+	return "some"
 }
 
 // Advantage holds the advantages of one turn (DESIGN.md §7).

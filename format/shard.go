@@ -117,8 +117,21 @@ func openParquet(path string, r parquet.ReaderAtSeeker, mem memory.Allocator) (s
 		pf.Close()
 		return nil, fmt.Errorf("read %s: schema: %v: %w", path, err, ErrCorrupt)
 	}
+	// pqarrow decodes column chunk metadata in goroutines, where a panic on a damaged
+	// footer (a chunk without its metadata) cannot be recovered: decode each chunk's
+	// metadata here first, under this function's recover.
+	md := pf.MetaData()
+	for g := range md.NumRowGroups() {
+		rg := md.RowGroup(g)
+		for c := range rg.NumColumns() {
+			if _, err := rg.ColumnChunk(c); err != nil {
+				pf.Close()
+				return nil, fmt.Errorf("read %s: row group %d column %d: %v: %w", path, g, c, err, ErrCorrupt)
+			}
+		}
+	}
 	s = &shard{path: path, pf: pf, fr: fr, schema: sc}
-	kv := pf.MetaData().KeyValueMetadata()
+	kv := md.KeyValueMetadata()
 	if v := kv.FindValue(MetaKind); v != nil {
 		s.kind = Kind(*v)
 	}

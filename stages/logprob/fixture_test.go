@@ -104,7 +104,8 @@ func promptRows() [][]format.Prompt {
 // is one shard; every trajectory has turns turns.
 func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string, samples, turns int) [][]format.Rollout {
 	t.Helper()
-	obs := tok.Encode("<information>Doc 1(Title: Tower) The tower stands in paris.</information>")
+	obsText := "<information>Doc 1(Title: Tower) The tower stands in paris.</information>"
+	obs := tok.Encode(obsText)
 	var shards [][]format.Rollout
 	for qi, q := range questions {
 		prompt := tok.Encode(bpe.ImStart + "user\n" + q.text + bpe.ImEnd + "\n" + bpe.ImStart + "assistant\n")
@@ -125,7 +126,7 @@ func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string
 			for s, c := range gen {
 				resp := narrow(c.Tokens)
 				r := format.Rollout{UID: q.uid, Sample: int32(s), Turn: int32(turn), PromptIDs: ctx[s],
-					ResponseIDs: resp, SamplingLogprobs: c.LogProbs, ObservationIDs: obs, PolicyDigest: digest}
+					ResponseIDs: resp, SamplingLogprobs: c.LogProbs, Observation: obsText, ObservationIDs: obs, PolicyDigest: digest}
 				if (turn+s)%3 != 2 {
 					r.MemStart, r.MemEnd = 0, int32(min(3, len(resp)))
 				}

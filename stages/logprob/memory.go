@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/stages/bpe"
@@ -13,8 +14,9 @@ import (
 // target is the memory pass's teacher-forced continuation for one question: the probe
 // and the answer tag, then a*. Only a*'s tokens are scored (DESIGN.md §7).
 type target struct {
-	ids  []int64 // tag, then a*
-	from int     // index of a*'s first token in ids
+	ids   []int64 // tag, then a*
+	from  int     // index of a*'s first token in ids
+	golds [][]string
 }
 
 // answerTarget tokenizes probe + "<answer>" + a*, where a* joins the first alias of
@@ -41,7 +43,23 @@ func answerTarget(tok *bpe.Tokenizer, cfg Config, golds [][]string) (target, err
 	if len(ids) == len(tag) {
 		return target{}, fmt.Errorf("gold answer %q encodes to no tokens", answer)
 	}
-	return target{ids: qwen2.Tokens(ids), from: len(tag)}, nil
+	return target{ids: qwen2.Tokens(ids), from: len(tag), golds: golds}, nil
+}
+
+// holds counts the objectives with a gold alias in memory, case-insensitively (the
+// matching task.Retention uses for facts): how much of the answer the memory carries.
+func holds(memory string, golds [][]string) int32 {
+	m := strings.ToLower(memory)
+	var n int32
+	for _, aliases := range golds {
+		for _, a := range aliases {
+			if a != "" && strings.Contains(m, strings.ToLower(a)) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func joinAnswers(a []string, sep string) string {
@@ -55,6 +73,21 @@ func joinAnswers(a []string, sep string) string {
 // hasMemory reports whether a turn wrote a memory: its span is not empty. The span
 // was checked against the response before.
 func hasMemory(r *format.Rollout) bool { return r.MemEnd > r.MemStart }
+
+// History stitches a trajectory's un-pruned history: the turn-0 prompt, then the
+// response and the observation of every turn, in order. ends[t] is the length of the
+// prefix before turn t: the context the full agent sees at turn t (DESIGN.md §7's
+// context_full), after which P_full scores the gold answer.
+func History(traj []format.Rollout) (ids []int64, ends []int) {
+	ids = qwen2.Tokens(traj[0].PromptIDs)
+	ends = make([]int, len(traj))
+	for t, r := range traj {
+		ends[t] = len(ids)
+		ids = append(ids, qwen2.Tokens(r.ResponseIDs)...)
+		ids = append(ids, qwen2.Tokens(r.ObservationIDs)...)
+	}
+	return ids, ends
+}
 
 // memoryPlan is the memory pass of one shard: the trees to score and, for every branch,
 // the shard row whose probability it gives.
@@ -99,17 +132,17 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 			flush()
 		}
 		groupUID, groupPrompt = tr[0].UID, prompt
-		trunk := qwen2.Tokens(prompt)
+		trunk, ends := History(tr)
 		var full qwen2.Tree
 		var fullRows []int
 		for t := range tr {
 			r, row := &tr[t], base+t
 			if hasMemory(r) {
-				if n := len(trunk) + len(tg.ids); n > maxPos {
+				if n := ends[t] + len(tg.ids); n > maxPos {
 					return p, fmt.Errorf("%s: %s: P_full needs %d positions (history %d + answer %d), the model has %d: %w",
-						file, where(row, r), n, len(trunk), len(tg.ids), maxPos, ErrContext)
+						file, where(row, r), n, ends[t], len(tg.ids), maxPos, ErrContext)
 				}
-				full.Branches = append(full.Branches, qwen2.Branch{Prefix: len(trunk), IDs: tg.ids, From: tg.from})
+				full.Branches = append(full.Branches, qwen2.Branch{Prefix: ends[t], IDs: tg.ids, From: tg.from})
 				fullRows = append(fullRows, row)
 
 				mem := qwen2.Tokens(r.ResponseIDs[r.MemStart:r.MemEnd])
@@ -127,8 +160,6 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 				group.Branches = append(group.Branches, qwen2.Branch{Prefix: len(prompt), IDs: ids, From: len(mem) + tg.from})
 				groupRows = append(groupRows, row)
 			}
-			trunk = append(trunk, qwen2.Tokens(r.ResponseIDs)...)
-			trunk = append(trunk, qwen2.Tokens(r.ObservationIDs)...)
 		}
 		if len(full.Branches) > 0 {
 			last := full.Branches[len(full.Branches)-1].Prefix

@@ -248,7 +248,7 @@ func TestMemoryHoldsAnswer(t *testing.T) {
 		ctx1 := slices.Concat(prompt, enc("<mem>"+x+"</mem>"), enc("<search>tower</search>"), obs)
 		rows = append(rows,
 			format.Rollout{UID: "q1", Sample: int32(s), Turn: 0, PromptIDs: prompt, ResponseIDs: resp0(x), MemEnd: memLen(x),
-				ObservationIDs: obs, PolicyDigest: digest},
+				Observation: "<information>tower</information>", ObservationIDs: obs, PolicyDigest: digest},
 			format.Rollout{UID: "q1", Sample: int32(s), Turn: 1, PromptIDs: ctx1, ResponseIDs: resp1(x), MemEnd: memLen(x),
 				PolicyDigest: digest})
 	}

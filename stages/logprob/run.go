@@ -42,6 +42,9 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 		return nil, fmt.Errorf("logprob: the memory pass needs the prompts dataset with the golds (--prompts): %w", ErrConfig)
 	}
 	rolls, err := format.OpenDataset(in.Rollouts)
+	if err == nil {
+		err = format.CheckKind[format.Rollout](rolls)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("logprob: rollouts: %w", err)
 	}
@@ -199,8 +202,8 @@ func (s *state) check(file string, i int, r *format.Rollout) error {
 		return fmt.Errorf("%s: %w", at("policy_digest %.12s…, --policy %s has %.12s…: rerun the rollouts with this policy or pass the checkpoint that generated them",
 			d, s.in.Policy, s.policyDigest), ErrPolicy)
 	}
-	if r.MemStart < 0 || r.MemEnd < r.MemStart || int(r.MemEnd) > len(r.ResponseIDs) {
-		return fmt.Errorf("%s: %w", at("memory span [%d, %d) outside the response's %d tokens", r.MemStart, r.MemEnd, len(r.ResponseIDs)), ErrInput)
+	if err := r.Check(); err != nil {
+		return fmt.Errorf("%s: %w", at("%v", err), ErrInput)
 	}
 	if len(r.PromptIDs) == 0 {
 		return fmt.Errorf("%s: %w", at("empty prompt_ids: the first response token needs a context"), ErrInput)
@@ -296,7 +299,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	return nil
 }
 
-// memory fills p_mem and p_full of every memory turn of the shard.
+// memory fills p_mem, p_full and mem_golds of every memory turn of the shard.
 func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Rollout, out []format.Logprob) error {
 	plan, err := planMemory(file, trajs, s.targets, s.policy.Config.MaxPositions)
 	if err != nil {
@@ -321,6 +324,12 @@ func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Roll
 			}
 		}
 		out[i].PMem, out[i].PFull = pMem[i], pFull[i]
+		golds := s.targets[rows[i].UID].golds
+		out[i].Objectives = int32(len(golds))
+		if hasMemory(&rows[i]) {
+			n := holds(rows[i].Memory, golds)
+			out[i].MemGolds = &n
+		}
 	}
 	return nil
 }

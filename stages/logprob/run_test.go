@@ -141,6 +141,8 @@ func TestRunBadInput(t *testing.T) {
 		{"digest mismatch", func(rs []format.Rollout) { rs[1].PolicyDigest = "0123456789abcdef" }, "", ErrPolicy, "policy_digest 0123456789ab"},
 		{"memory span past the response", func(rs []format.Rollout) { rs[1].MemStart, rs[1].MemEnd = 1, int32(len(rs[1].ResponseIDs)+1) }, "", ErrInput, "memory span"},
 		{"memory span reversed", func(rs []format.Rollout) { rs[1].MemStart, rs[1].MemEnd = 2, 1 }, "", ErrInput, "memory span [2, 1)"},
+		// Rollouts written before observation_ids were recorded: P_full would miss every document.
+		{"observation without ids", func(rs []format.Rollout) { rs[1].ObservationIDs = nil }, "", ErrInput, "re-run the rollout stage"},
 		{"unknown uid", func(rs []format.Rollout) {
 			for j := range rs {
 				rs[j].UID = "q0"

@@ -251,7 +251,8 @@ func (s *stage) rows(eps []*protocol.Episode, slots map[*protocol.Episode]slot) 
 				PromptIDs: r.Context.IDs(), ResponseIDs: r.Response, SamplingLogprobs: lp,
 				MemStart: int32(r.Parsed.MemTokens.Start), MemEnd: int32(r.Parsed.MemTokens.End),
 				Response: s.tok.Decode(r.Response), Memory: r.Parsed.Memory,
-				Action: string(r.Parsed.Kind), Query: r.Parsed.Arg, Observation: r.Observation,
+				Action: string(r.Parsed.Kind), Query: r.Parsed.Arg,
+				Observation: r.Observation, ObservationIDs: r.ObservationIDs,
 				Finish: string(r.Finish), PolicyDigest: s.digest,
 			})
 		}

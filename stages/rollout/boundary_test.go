@@ -1,0 +1,121 @@
+package rollout
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/logprob"
+	"github.com/mempo/mempo/stages/protocol"
+)
+
+// TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout
+// stage really writes (issue 12: rollouts once carried no observation_ids, so P_full was
+// scored on histories without a single retrieved document, and each stage's tests built
+// their own rows and never saw it). The oracle agent runs once under the mempo context and
+// once under the full context; its turns depend only on (uid, turn), so both runs hold the
+// same trajectories, and each full-context row's prompt_ids is exactly what the full agent
+// saw. Then:
+//   - every row's observation_ids is the tokenizer's encoding of its observation, empty
+//     exactly when the observation is, and the dataset passes format's row invariants;
+//   - the history the memory pass scores P_full after (logprob.History) equals, token for
+//     token, the full agent's context at that turn, for every memory turn;
+//   - the log-prob stage scores the real rows: every memory turn gets p_mem, p_full and
+//     mem_golds, and the oracle's answering memory holds every gold answer.
+func TestRolloutsFeedMemoryPass(t *testing.T) {
+	f := testFixture(t)
+	dir := t.TempDir()
+	rollouts := func(name string, ctx protocol.Policy) string {
+		cfg := DefaultConfig()
+		cfg.N, cfg.MaxTurns, cfg.PromptsPerShard, cfg.Context = 2, 6, 4, ctx
+		out := filepath.Join(dir, name)
+		in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index}
+		if _, err := run(context.Background(), cfg, in, jobs.Spec{Out: out, Seed: 3}, newScripted(f.tok, f.oracle).loader()); err != nil {
+			t.Fatalf("rollout --context %s: %v", ctx, err)
+		}
+		return out
+	}
+	mempoDir, fullDir := rollouts("mempo", protocol.Mempo), rollouts("full", protocol.Full)
+
+	d, err := format.OpenDataset(mempoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckRows(5); err != nil {
+		t.Errorf("CheckRows(%s) = %v", mempoDir, err)
+	}
+	rows, full := readRows(t, mempoDir), readRows(t, fullDir)
+	if len(rows) != len(full) {
+		t.Fatalf("mempo run has %d rows, full run %d: the oracle's trajectories should not depend on the context", len(rows), len(full))
+	}
+	observed := 0
+	for i, r := range rows {
+		if want := f.tok.Encode(r.Observation); !slices.Equal(r.ObservationIDs, want) {
+			t.Fatalf("row %d (uid %s sample %d turn %d): observation_ids = %v, want Encode(observation) = %v", i, r.UID, r.Sample, r.Turn, r.ObservationIDs, want)
+		}
+		if r.Observation != "" {
+			observed++
+		}
+	}
+	if observed == 0 {
+		t.Fatal("no row has an observation: the oracle should search")
+	}
+
+	trajs, err := format.Trajectories(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fullTrajs, err := format.Trajectories(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memories := 0
+	for i, tr := range trajs {
+		ids, ends := logprob.History(tr)
+		for turn, r := range tr {
+			if r.MemEnd == r.MemStart {
+				continue
+			}
+			memories++
+			seen := fullTrajs[i][turn]
+			if seen.UID != r.UID || seen.Sample != r.Sample || seen.Turn != r.Turn {
+				t.Fatalf("full run row is uid %s sample %d turn %d, mempo run uid %s sample %d turn %d", seen.UID, seen.Sample, seen.Turn, r.UID, r.Sample, r.Turn)
+			}
+			got := make([]int32, ends[turn])
+			for j, id := range ids[:ends[turn]] {
+				got[j] = int32(id)
+			}
+			if !slices.Equal(got, seen.PromptIDs) {
+				t.Fatalf("uid %s sample %d turn %d: P_full history has %d tokens, the full agent saw %d; they differ:\n%q\nvs\n%q",
+					r.UID, r.Sample, r.Turn, len(got), len(seen.PromptIDs), f.tok.Decode(got), f.tok.Decode(seen.PromptIDs))
+			}
+		}
+	}
+	if memories == 0 {
+		t.Fatal("no memory turn")
+	}
+
+	cfg := logprob.DefaultConfig()
+	cfg.TokenBudget, cfg.Chunk = 2048, 64
+	out := filepath.Join(dir, "logprobs")
+	in := logprob.Inputs{Rollouts: mempoDir, Prompts: f.train, Policy: f.policy, Ref: f.policy}
+	if _, err := logprob.Run(context.Background(), cfg, in, jobs.Spec{Out: out}); err != nil {
+		t.Fatalf("logprob on the rollout stage's rows: %v", err)
+	}
+	lps, err := format.ReadDataset[format.Logprob](out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range lps {
+		r := rows[i]
+		if (r.MemEnd > r.MemStart) != (l.PMem != nil && l.PFull != nil && l.MemGolds != nil) {
+			t.Errorf("uid %s sample %d turn %d: memory span [%d, %d) but p_mem %v p_full %v mem_golds %v", r.UID, r.Sample, r.Turn, r.MemStart, r.MemEnd, l.PMem, l.PFull, l.MemGolds)
+		}
+		if r.Action == string(protocol.Answer) && l.Holds() != "all" {
+			t.Errorf("uid %s sample %d: the oracle's answering memory %q holds %v of %d gold answers, want all", r.UID, r.Sample, r.Memory, l.MemGolds, l.Objectives)
+		}
+	}
+}
