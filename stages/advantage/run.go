@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/stats"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -33,7 +34,9 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	}
 	spec.Stage, spec.Kind, spec.SchemaVersion = "advantage", format.KindAdvantages, format.AdvantagesVersion
 	spec.Config, spec.Shards, spec.Inputs = cfg, ds.rollouts.Len(), inputs
-	spec.Summarize = summarize
+	spec.Summarize = func(dir string, outputs []format.Output) (map[string]float64, error) {
+		return summarize(dir, outputs, ds.logprobs)
+	}
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		return computeShard(cfg, ds, w)
 	})
@@ -172,12 +175,22 @@ func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, need
 
 // summarize reads the finished advantages back and reports the distribution of each
 // component, streaming, so the figures do not depend on which run computed which shard.
-func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
+// The memory reward is also split by what each memory holds of the gold answers (the
+// logprobs' mem_golds, shard i beside advantages shard i), with the AUC of R^M between
+// memories holding every answer and those holding none: whether the memory reward, with
+// this run's baseline, ranks informative memories first (0.5 is chance).
+func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (map[string]float64, error) {
 	var outcome, memReward, memAdv, token moments
+	split := map[string][]float64{}
 	groups, flat := 0, 0
-	for _, o := range outputs {
+	for i, o := range outputs {
 		r, err := format.OpenFile[format.Advantage](filepath.Join(dir, o.File))
 		if err != nil {
+			return nil, err
+		}
+		holds, err := memoryHolds(logprobs, i)
+		if err != nil {
+			r.Close()
 			return nil, err
 		}
 		var uid string
@@ -199,6 +212,9 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 			if a.MemReward != nil {
 				memReward.add(float64(*a.MemReward))
 				memAdv.add(float64(*a.AdvMemory))
+				if h := holds[turnKey{a.UID, a.Sample, a.Turn}]; h != "" {
+					split[h] = append(split[h], float64(*a.MemReward))
+				}
 			}
 			for _, x := range a.Advantages {
 				token.add(float64(x))
@@ -221,7 +237,41 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 	for name, x := range map[string]moments{"adv_outcome": outcome, "mem_reward": memReward, "adv_memory": memAdv, "advantages": token} {
 		x.put(m, name)
 	}
+	for _, h := range []string{"all", "some", "none"} {
+		m["memories_"+h] = float64(len(split[h]))
+		if xs := split[h]; len(xs) > 0 {
+			var mo moments
+			for _, x := range xs {
+				mo.add(x)
+			}
+			m["mem_reward_mean_"+h] = mo.mean
+		}
+	}
+	if len(split["all"]) > 0 && len(split["none"]) > 0 {
+		m["auc_mem_reward_all_vs_none"] = stats.AUC(split["all"], split["none"])
+	}
 	return m, nil
+}
+
+type turnKey struct {
+	uid          string
+	sample, turn int32
+}
+
+// memoryHolds reads shard i of the logprobs and classes each memory turn by the gold
+// answers it holds (format.Logprob.Holds); log-probs without the memory pass give none.
+func memoryHolds(d *format.Dataset, i int) (map[turnKey]string, error) {
+	rows, err := readShard[format.Logprob](d, i)
+	if err != nil {
+		return nil, err
+	}
+	out := map[turnKey]string{}
+	for _, l := range rows {
+		if h := l.Holds(); h != "" {
+			out[turnKey{l.UID, l.Sample, l.Turn}] = h
+		}
+	}
+	return out, nil
 }
 
 // moments accumulates count, mean (Welford), population std, min and max in input order.

@@ -5,13 +5,23 @@ import (
 	"path/filepath"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/stats"
 )
+
+// memSplit accumulates the memory pass's figures of one class of memories.
+type memSplit struct {
+	pMem, pFull, rMem []float64 // rMem = P_mem − P_full, the default memory reward
+}
 
 // summarize is the stage's jobs.Spec.Summarize: what the memory pass found, read back
 // from the finished shards, so the manifest tells at a glance whether memories carry
-// the answer (p_mem against p_full) without opening a shard.
+// the answer without opening a shard. Figures are split by what the memory holds
+// (format.Logprob.Holds), and auc_*_all_vs_none says how well P_mem and R^M = P_mem − P_full rank
+// memories holding every gold answer above those holding none (0.5 is chance) — whether
+// the memory reward measures what MemPO claims it measures.
 func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
 	var turns, memories, above, sumMem, sumFull, oldTokens, sumOld float64
+	split := map[string]*memSplit{"all": {}, "some": {}, "none": {}}
 	for _, o := range outputs {
 		path := filepath.Join(dir, o.File)
 		r, err := format.OpenFile[format.Logprob](path)
@@ -28,11 +38,16 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 			if row.PMem == nil || row.PFull == nil {
 				continue
 			}
+			pm, pf := float64(*row.PMem), float64(*row.PFull)
 			memories++
-			sumMem += float64(*row.PMem)
-			sumFull += float64(*row.PFull)
-			if *row.PMem > *row.PFull {
+			sumMem += pm
+			sumFull += pf
+			if pm > pf {
 				above++
+			}
+			if h := row.Holds(); h != "" {
+				s := split[h]
+				s.pMem, s.pFull, s.rMem = append(s.pMem, pm), append(s.pFull, pf), append(s.rMem, pm-pf)
 			}
 		}
 		err = r.Err()
@@ -50,5 +65,26 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 		out["p_full_mean"] = sumFull / memories
 		out["p_mem_above_full_frac"] = above / memories
 	}
+	for class, s := range split {
+		out["memories_"+class] = float64(len(s.pMem))
+		if len(s.pMem) > 0 {
+			out["p_mem_mean_"+class] = mean(s.pMem)
+			out["p_full_mean_"+class] = mean(s.pFull)
+			out["r_mem_mean_"+class] = mean(s.rMem)
+		}
+	}
+	all, none := split["all"], split["none"]
+	if len(all.pMem) > 0 && len(none.pMem) > 0 {
+		out["auc_p_mem_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
+		out["auc_r_mem_all_vs_none"] = stats.AUC(all.rMem, none.rMem)
+	}
 	return out, nil
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }
