@@ -16,7 +16,7 @@ import (
 var (
 	rolloutsFlag = &cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, Usage: "rollouts dataset `DIR` to score"}
 	promptsFlag  = &cli.StringFlag{Name: "prompts", Category: "Inputs", Required: true, Usage: "prompts dataset `DIR` holding the gold answers"}
-	rewardFlag   = &cli.StringFlag{Name: "reward", Category: "Score", Value: "em-all", Usage: "outcome reward: em-all (1 iff the format is valid and every objective matches; MemPO) or em-mean (fraction of objectives matched; MEM1-like)"}
+	rewardFlag   = &cli.StringFlag{Name: "reward", Category: "Score", Value: "em-all", Usage: "outcome reward: em-all (1 iff the format is valid and every objective matches; MemPO), em-mean (fraction of objectives matched; MEM1-like), or subem-all / subem-mean (the same with Search-R1's substring match: an answer matches when it contains a normalised gold alias)"}
 	protoFlag    = &cli.StringFlag{Name: "protocol", Category: "Score", Usage: "protocol description `FILE` whose answer tags to read (default: the built-in <answer>…</answer>)"}
 )
 

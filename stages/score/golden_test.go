@@ -35,6 +35,7 @@ type normalizeGolden struct {
 		Prediction string   `json:"prediction"`
 		Golds      []string `json:"golds"`
 		EM         int      `json:"em"`
+		SubEM      *int     `json:"subem"`
 		F1         float64  `json:"f1"`
 	} `json:"metric"`
 	Extract []struct {
@@ -61,6 +62,12 @@ func TestNormalizeGolden(t *testing.T) {
 		t.Run("metric/"+c.Name, func(t *testing.T) {
 			if got, want := ExactMatch(c.Prediction, c.Golds), c.EM == 1; got != want {
 				t.Errorf("ExactMatch(%+q, %+q) = %v, want %v", c.Prediction, c.Golds, got, want)
+			}
+			if c.SubEM == nil {
+				t.Fatalf("testdata/normalize.json: metric %s has no subem (regenerate with: cd testdata && python3 golden.py)", c.Name)
+			}
+			if got, want := SubstringMatch(c.Prediction, c.Golds), *c.SubEM == 1; got != want {
+				t.Errorf("SubstringMatch(%+q, %+q) = %v, want %v", c.Prediction, c.Golds, got, want)
 			}
 			if got := F1(c.Prediction, c.Golds); got != c.F1 {
 				t.Errorf("F1(%+q, %+q) = %v, want %v", c.Prediction, c.Golds, got, c.F1)

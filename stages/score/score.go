@@ -1,8 +1,9 @@
 // Package score computes the outcome of each trajectory (DESIGN.md §7): the answer taken
 // from the last <answer> of the final turn, Search-R1/SQuAD normalisation, exact match and
-// token F1 per objective against alias lists, format validity, the outcome reward, and the
-// cost figures TT, PT and turns. It is pure Go over plain structs; the stage loop that reads
-// rollouts and writes the scores dataset lives elsewhere.
+// token F1 per objective against alias lists, format validity, the outcome reward (on exact
+// or Search-R1's substring match), and the cost figures TT, PT and turns. It is pure Go over
+// plain structs; the stage loop that reads rollouts and writes the scores dataset lives
+// elsewhere.
 package score
 
 import (
@@ -27,20 +28,28 @@ const (
 	// RewardEMMean is MEM1-like: the fraction of objectives that match, 0 when the format
 	// is invalid.
 	RewardEMMean Reward = "em-mean"
+	// RewardSubEMAll is em-all with Search-R1's substring match (SubstringMatch) in place
+	// of exact match: 1 when the format is valid and every objective's answer contains a
+	// gold alias, else 0.
+	RewardSubEMAll Reward = "subem-all"
+	// RewardSubEMMean is em-mean with the substring match: the fraction of objectives
+	// whose answer contains a gold alias, 0 when the format is invalid.
+	RewardSubEMMean Reward = "subem-mean"
 )
 
 // ParseReward reads the --reward flag value.
 func ParseReward(s string) (Reward, error) {
 	switch r := Reward(s); r {
-	case RewardEMAll, RewardEMMean:
+	case RewardEMAll, RewardEMMean, RewardSubEMAll, RewardSubEMMean:
 		return r, nil
 	}
-	return "", fmt.Errorf("--reward %q: want em-all or em-mean: %w", s, ErrConfig)
+	return "", fmt.Errorf("--reward %q: want em-all, em-mean, subem-all or subem-mean: %w", s, ErrConfig)
 }
 
 // Config is the score stage's configuration.
 type Config struct {
-	// Reward is the outcome reward, em-all (default) or em-mean.
+	// Reward is the outcome reward: em-all (default), em-mean, or their substring-match
+	// variants subem-all and subem-mean.
 	Reward Reward `json:"reward"`
 	// Tags are the answer delimiters of the agent protocol.
 	Tags Tags `json:"tags"`
@@ -145,12 +154,17 @@ func Score(cfg Config, tr Trajectory, golds [][]string) (Result, error) {
 	res.FormatOK = cfg.Tags.FormatOK(final, len(golds))
 	res.EM = make([]bool, len(golds))
 	res.F1 = make([]float64, len(golds))
-	correct := 0
+	// correct counts exact matches, contained substring matches; the latter feed only the
+	// subem rewards, and the EM column stays exact match whatever the reward.
+	correct, contained := 0, 0
 	f1Sum := 0.0
 	for k, aliases := range golds {
 		if k < len(res.Answers) {
 			res.EM[k] = ExactMatch(res.Answers[k], aliases)
 			res.F1[k] = F1(res.Answers[k], aliases)
+			if SubstringMatch(res.Answers[k], aliases) {
+				contained++
+			}
 		}
 		if res.EM[k] {
 			correct++
@@ -167,6 +181,12 @@ func Score(cfg Config, tr Trajectory, golds [][]string) (Result, error) {
 			}
 		case RewardEMMean:
 			res.Reward = res.EMMean
+		case RewardSubEMAll:
+			if contained == len(golds) {
+				res.Reward = 1
+			}
+		case RewardSubEMMean:
+			res.Reward = float64(contained) / float64(len(golds))
 		}
 	}
 	return res, nil

@@ -97,6 +97,64 @@ func TestScore(t *testing.T) {
 				EM: []bool{true, false}, F1: []float64{1, 0}, EMMean: 0.5, F1Mean: 0.5, FormatOK: false, Reward: 0},
 		},
 		{
+			// Search-R1's subem_check: "paris" is in "paris texas", "1990" in "1990s"
+			// (a character substring, though F1 shares no token); neither is an exact match.
+			name: "every objective contained subem-all", reward: RewardSubEMAll,
+			final: "<answer>Paris Texas; the 1990s</answer>",
+			want: Result{Answer: "Paris Texas; the 1990s", Answers: []string{"Paris Texas", "the 1990s"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 0}, EMMean: 0, F1Mean: twoThirds / 2,
+				FormatOK: true, Reward: 1},
+		},
+		{
+			name: "every objective contained em-all", reward: RewardEMAll,
+			final: "<answer>Paris Texas; the 1990s</answer>",
+			want: Result{Answer: "Paris Texas; the 1990s", Answers: []string{"Paris Texas", "the 1990s"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 0}, EMMean: 0, F1Mean: twoThirds / 2,
+				FormatOK: true, Reward: 0},
+		},
+		{
+			name: "one contained subem-all", reward: RewardSubEMAll,
+			final: "<answer>Paris Texas; 1989</answer>",
+			want: Result{Answer: "Paris Texas; 1989", Answers: []string{"Paris Texas", "1989"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 0}, EMMean: 0, F1Mean: twoThirds / 2,
+				FormatOK: true, Reward: 0},
+		},
+		{
+			name: "one contained subem-mean", reward: RewardSubEMMean,
+			final: "<answer>Paris Texas; 1989</answer>",
+			want: Result{Answer: "Paris Texas; 1989", Answers: []string{"Paris Texas", "1989"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 0}, EMMean: 0, F1Mean: twoThirds / 2,
+				FormatOK: true, Reward: 0.5},
+		},
+		{
+			// The gold must lie inside the answer, not the reverse: "france" is in
+			// "paris france" and "ninety" in "nineteen ninety", which does not count.
+			name: "answer inside gold subem-mean", reward: RewardSubEMMean,
+			final: "<answer>France; ninety</answer>",
+			want: Result{Answer: "France; ninety", Answers: []string{"France", "ninety"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 2.0 / 3}, EMMean: 0, F1Mean: twoThirds,
+				FormatOK: true, Reward: 0},
+		},
+		{
+			name: "exact answers subem-all", reward: RewardSubEMAll,
+			final: "<answer>the Paris; 1990</answer>",
+			want: Result{Answer: "the Paris; 1990", Answers: []string{"the Paris", "1990"},
+				EM: []bool{true, true}, F1: []float64{1, 1}, EMMean: 1, F1Mean: 1, FormatOK: true, Reward: 1},
+		},
+		{
+			name: "missing part subem-mean is zero", reward: RewardSubEMMean,
+			final: "<answer>Paris Texas</answer>",
+			want: Result{Answer: "Paris Texas", Answers: []string{"Paris Texas"},
+				EM: []bool{false, false}, F1: []float64{2.0 / 3, 0}, EMMean: 0, F1Mean: twoThirds / 2,
+				FormatOK: false, Reward: 0},
+		},
+		{
+			name: "extra part subem-all is zero", reward: RewardSubEMAll,
+			final: "<answer>Paris; 1990; x</answer>",
+			want: Result{Answer: "Paris; 1990; x", Answers: []string{"Paris", "1990", "x"},
+				EM: []bool{true, true}, F1: []float64{1, 1}, EMMean: 1, F1Mean: 1, FormatOK: false, Reward: 0},
+		},
+		{
 			name: "final turn searched", reward: RewardEMAll,
 			final: "<search>Paris</search>",
 			want:  Result{EM: []bool{false, false}, F1: []float64{0, 0}},
@@ -172,13 +230,50 @@ func TestScoreErrors(t *testing.T) {
 }
 
 func TestParseReward(t *testing.T) {
-	for _, s := range []string{"em-all", "em-mean"} {
+	for _, s := range []string{"em-all", "em-mean", "subem-all", "subem-mean"} {
 		if got, err := ParseReward(s); err != nil || string(got) != s {
 			t.Errorf("ParseReward(%q) = %q, %v, want %q, nil", s, got, err, s)
 		}
 	}
-	if _, err := ParseReward("f1"); !errors.Is(err, ErrConfig) {
-		t.Errorf("ParseReward(f1) error = %v, want ErrConfig", err)
+	for _, s := range []string{"f1", "", "subem", "sub-em-all", "SUBEM-ALL", "subem_mean", " subem-all"} {
+		if _, err := ParseReward(s); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseReward(%q) error = %v, want ErrConfig", s, err)
+		}
+	}
+}
+
+// TestSubstringMatch pins the cases where Search-R1's subem_check (gold in prediction,
+// after normalize_answer) and em_check part ways; testdata/normalize.json checks the same
+// against CPython.
+func TestSubstringMatch(t *testing.T) {
+	tests := []struct {
+		name       string
+		prediction string
+		aliases    []string
+		em, subem  bool
+	}{
+		{"prediction longer", "the city of Paris", []string{"paris"}, false, true},
+		{"gold longer", "Paris", []string{"Paris, France"}, false, false},
+		{"second alias", "born in NYC", []string{"New York City", "NYC"}, false, true},
+		{"inside a word", "comparison", []string{"Paris"}, false, true},
+		{"exact", "The Paris", []string{"paris"}, true, true},
+		{"empty prediction", "", []string{"dog"}, false, false},
+		// normalize_answer("The") == "" and `"" in s` is True in Python: matches anything.
+		{"empty normalised alias", "London", []string{"The"}, false, true},
+		{"empty both", "", []string{""}, true, true},
+		{"no aliases", "Paris", nil, false, false},
+		// Invalid bytes read as U+FFFD, which Normalize keeps: "\ufffdparis" holds "paris".
+		{"invalid UTF-8 prefix", "\xffParis", []string{"paris"}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SubstringMatch(tt.prediction, tt.aliases); got != tt.subem {
+				t.Errorf("SubstringMatch(%+q, %+q) = %v, want %v", tt.prediction, tt.aliases, got, tt.subem)
+			}
+			if got := ExactMatch(tt.prediction, tt.aliases); got != tt.em {
+				t.Errorf("ExactMatch(%+q, %+q) = %v, want %v", tt.prediction, tt.aliases, got, tt.em)
+			}
+		})
 	}
 }
 

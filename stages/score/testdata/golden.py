@@ -5,8 +5,10 @@ Run from this directory with any CPython 3 (no third-party modules):
 
     python3 golden.py
 
-normalize_answer and em_check are copied from Search-R1 (verl/utils/reward_score/qa_em.py,
-which takes them from the SQuAD v1.1 evaluation script); f1_score is SQuAD v1.1's token F1.
+normalize_answer, em_check and subem_check are copied from Search-R1
+(verl/utils/reward_score/qa_em.py, commit a14dc3a4ffc6fe88c1e95038d9738e21ba3f7a06;
+normalize_answer comes from the SQuAD v1.1 evaluation script); f1_score is SQuAD v1.1's
+token F1.
 extract_answer is Search-R1's extract_solution without its "at least two matches" rule,
 because mempo applies it to the final turn's response only, where the prompt's example
 answer never appears.
@@ -51,6 +53,19 @@ def em_check(prediction, golden_answers):
     for golden_answer in golden_answers:
         golden_answer = normalize_answer(golden_answer)
         if golden_answer == normalized_prediction:
+            score = 1
+            break
+    return score
+
+
+def subem_check(prediction, golden_answers):
+    if isinstance(golden_answers, str):
+        golden_answers = [golden_answers]
+    normalized_prediction = normalize_answer(prediction)
+    score = 0
+    for golden_answer in golden_answers:
+        golden_answer = normalize_answer(golden_answer)
+        if golden_answer in normalized_prediction:
             score = 1
             break
     return score
@@ -156,7 +171,7 @@ NORMALIZE = [
     ("mixed_long", "  The   Quick, brown fox -- jumps over 'a' lazy DOG!  "),
 ]
 
-# (name, prediction, golds): EM (any alias) and F1 (max over aliases).
+# (name, prediction, golds): EM and substring EM (any alias), F1 (max over aliases).
 METRIC = [
     ("em_exact", "Paris", ["Paris"]),
     ("em_case_article", "the paris", ["Paris"]),
@@ -177,6 +192,22 @@ METRIC = [
     ("f1_articles_only", "the", ["a"]),
     ("f1_unicode_tokens", "caf\u00e9 m\u00fcller", ["Caf\u00e9"]),
     ("f1_thirds", "a b c d e f", ["b c g"]),
+    ("subem_prediction_longer", "the city of Paris", ["paris"]),
+    ("subem_gold_longer", "Paris", ["Paris, France"]),
+    ("subem_second_alias", "born in NYC", ["New York City", "NYC"]),
+    ("subem_inside_word", "comparison", ["Paris"]),
+    ("subem_across_tokens", "new york city", ["York Ci"]),
+    ("subem_punct_removed", "about 1,000 people", ["1000"]),
+    ("subem_article_removed", "an apple pie recipe", ["the apple pie"]),
+    ("subem_whitespace_collapsed", "New \t York  City", ["new york"]),
+    ("subem_unicode_punct_kept", "\u201cParis\u201d", ["Paris"]),
+    ("subem_dotted_capital_i", "\u0130stanbul", ["istanbul"]),
+    ("subem_combining_mark", "Cafe\u0301", ["cafe"]),
+    ("subem_empty_prediction", "", ["dog"]),
+    ("subem_empty_gold", "London", [""]),
+    ("subem_gold_article_only", "London", ["The"]),
+    ("subem_gold_punct_only", "London", ["?!"]),
+    ("subem_none", "London", ["Paris", "Lyon"]),
 ]
 
 # (name, final-turn text): answer extraction.
@@ -244,7 +275,8 @@ def main():
         "unidata": unicodedata.unidata_version,
         "normalize": [{"name": n, "text": t, "want": normalize_answer(t)} for n, t in NORMALIZE],
         "metric": [
-            {"name": n, "prediction": p, "golds": g, "em": em_check(p, g), "f1": max_f1(p, g)}
+            {"name": n, "prediction": p, "golds": g, "em": em_check(p, g),
+             "subem": subem_check(p, g), "f1": max_f1(p, g)}
             for n, p, g in METRIC
         ],
         "extract": [{"name": n, "text": t, "want": extract_answer(t)} for n, t in EXTRACT],
