@@ -2,8 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -13,13 +12,23 @@ import (
 )
 
 var curvesRunFlag = &cli.StringSliceFlag{Name: "run", Category: "Inputs", Required: true,
-	Usage: "`NAME=DIR`: a run variant's directory holding iter-1, iter-2, …; repeat to compare"}
+	Usage: "`NAME=DIR`: a run variant's directory holding iter-1, iter-2, …; repeat to compare, and repeat a NAME with one DIR per training seed"}
 
 var curvesCommand = &cli.Command{
 	Name:  "curves",
 	Usage: "plot mean reward and KL to the reference over RL iterations",
 	Description: `Reads each iteration's scores dataset (mean outcome reward) and its updated policy's
-trainer_state.json (mean KL) and writes reward_vs_iter.png and kl_vs_iter.png to --out.`,
+trainer_state.json (mean KL) and writes reward_vs_iter.png, kl_vs_iter.png and
+curves.csv to --out.
+
+A NAME given with one DIR is drawn as a plain line. A NAME repeated with several DIRs
+(one per seed) is drawn as the mean over seeds per iteration with a shaded band from the
+min to the max over seeds (the legend says how many seeds); an iteration counts the
+seeds that reached it.
+
+curves.csv: header name,metric,iter,seeds,mean,lo,hi; one row per (NAME, metric,
+iteration), metric reward or kl, mean over the seeds that reached the iteration, lo and
+hi their min and max (equal to mean for one seed).`,
 	Flags:  append(app.Clone(app.OutFlag), app.Clone(curvesRunFlag)...),
 	Action: runCurves,
 }
@@ -29,28 +38,33 @@ func runCurves(c *cli.Context) error {
 	if out == "" {
 		return app.Usage(fmt.Errorf("--out is required"))
 	}
-	var reward, kl []eval.Series
+	var names []string
+	dirs := map[string][]string{}
 	for _, spec := range c.StringSlice(curvesRunFlag.Name) {
 		name, dir, ok := strings.Cut(spec, "=")
 		if !ok || name == "" || dir == "" {
 			return app.Usage(fmt.Errorf("--run %q: want NAME=DIR", spec))
 		}
-		cur, err := eval.RunCurves(dir)
+		if slices.Contains(dirs[name], dir) {
+			return app.Usage(fmt.Errorf("--run %q: %s given twice for %s", spec, dir, name))
+		}
+		if dirs[name] == nil {
+			names = append(names, name)
+		}
+		dirs[name] = append(dirs[name], dir)
+	}
+	var curves []eval.SeedCurves
+	for _, name := range names {
+		sc, err := eval.ReadSeedCurves(name, dirs[name])
 		if err != nil {
 			return err
 		}
-		reward = append(reward, eval.Series{Label: name, Points: cur.Reward})
-		kl = append(kl, eval.Series{Label: name, Points: cur.KL})
+		curves = append(curves, sc)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	files, err := eval.WriteCurves(out, curves)
+	if err != nil {
 		return err
 	}
-	if err := eval.PlotPNG(filepath.Join(out, "reward_vs_iter.png"), "Mean reward per RL iteration", "iteration", "reward", reward); err != nil {
-		return err
-	}
-	if err := eval.PlotPNG(filepath.Join(out, "kl_vs_iter.png"), "KL to the reference per RL iteration", "iteration", "KL", kl); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.App.Writer, "wrote %s/reward_vs_iter.png, kl_vs_iter.png\n", out)
+	fmt.Fprintf(c.App.Writer, "wrote %s/%s\n", out, strings.Join(files, ", "))
 	return nil
 }

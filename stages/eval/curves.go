@@ -1,10 +1,13 @@
 package eval
 
 import (
+	"cmp"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,4 +67,128 @@ func trainerMetric(path, name string) (float64, bool) {
 	}
 	v, ok := st.Metrics[name]
 	return v, ok
+}
+
+// Spread is one iteration of a curve over several seeds' runs.
+type Spread struct {
+	X        float64
+	Seeds    int // runs that reached this iteration
+	Mean     float64
+	Min, Max float64
+}
+
+// SpreadOf aggregates curves, one per seed, point by point: at each x, the mean, min and
+// max over the curves that have it, x ascending. An unfinished run counts only for the
+// iterations it reached.
+func SpreadOf(curves [][]Point) []Spread {
+	at := map[float64]*Spread{}
+	var out []Spread
+	for _, c := range curves {
+		for _, p := range c {
+			s := at[p.X]
+			if s == nil {
+				s = &Spread{X: p.X, Min: p.Y, Max: p.Y}
+				at[p.X] = s
+			}
+			s.Seeds++
+			s.Mean += p.Y
+			s.Min, s.Max = min(s.Min, p.Y), max(s.Max, p.Y)
+		}
+	}
+	for _, s := range at {
+		s.Mean /= float64(s.Seeds)
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b Spread) int { return cmp.Compare(a.X, b.X) })
+	return out
+}
+
+// SeedCurves is one run variant's curves over its seeds' run directories.
+type SeedCurves struct {
+	Name       string
+	Dirs       []string
+	Reward, KL []Spread
+}
+
+// ReadSeedCurves reads the curves of each of a variant's run directories (RunCurves),
+// one per seed, and aggregates them (SpreadOf).
+func ReadSeedCurves(name string, dirs []string) (SeedCurves, error) {
+	sc := SeedCurves{Name: name, Dirs: dirs}
+	var reward, kl [][]Point
+	for _, d := range dirs {
+		c, err := RunCurves(d)
+		if err != nil {
+			return sc, fmt.Errorf("curves %s: %w", name, err)
+		}
+		reward, kl = append(reward, c.Reward), append(kl, c.KL)
+	}
+	sc.Reward, sc.KL = SpreadOf(reward), SpreadOf(kl)
+	return sc, nil
+}
+
+// spreadSeries is a variant's series: a plain line for one seed, the mean with a
+// min–max band for several.
+func spreadSeries(name string, seeds int, sp []Spread) Series {
+	s := Series{Label: name}
+	for _, p := range sp {
+		s.Points = append(s.Points, Point{X: p.X, Y: p.Mean})
+	}
+	if seeds > 1 {
+		s.Label = fmt.Sprintf("%s (mean of %d seeds)", name, seeds)
+		s.Band = true
+		s.Lo, s.Hi = []float64{}, []float64{}
+		for _, p := range sp {
+			s.Lo, s.Hi = append(s.Lo, p.Min), append(s.Hi, p.Max)
+		}
+	}
+	return s
+}
+
+// CurvesCSVHeader is curves.csv's header: one row per (variant, metric, iteration),
+// metric "reward" or "kl"; mean over the seeds that reached the iteration, lo and hi
+// their min and max.
+var CurvesCSVHeader = []string{"name", "metric", "iter", "seeds", "mean", "lo", "hi"}
+
+// WriteCurves writes reward_vs_iter.png, kl_vs_iter.png and curves.csv (atomically)
+// into dir and returns the names of the files it wrote. A variant with several seeds is
+// drawn as its mean with a shaded band from the min to the max over seeds.
+func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("curves: %w", err)
+	}
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	w.Write(CurvesCSVHeader)
+	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
+	var reward, kl []Series
+	band := ""
+	for _, c := range cs {
+		for _, m := range []struct {
+			name string
+			sp   []Spread
+		}{{"reward", c.Reward}, {"kl", c.KL}} {
+			for _, p := range m.sp {
+				w.Write([]string{c.Name, m.name, num(p.X), strconv.Itoa(p.Seeds), num(p.Mean), num(p.Min), num(p.Max)})
+			}
+		}
+		reward = append(reward, spreadSeries(c.Name, len(c.Dirs), c.Reward))
+		kl = append(kl, spreadSeries(c.Name, len(c.Dirs), c.KL))
+		if len(c.Dirs) > 1 {
+			band = " (band: min–max over seeds)"
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return nil, fmt.Errorf("curves: %w", err)
+	}
+	if err := PlotPNG(filepath.Join(dir, "reward_vs_iter.png"), "Mean reward per RL iteration"+band, "iteration", "reward", reward); err != nil {
+		return nil, err
+	}
+	if err := PlotPNG(filepath.Join(dir, "kl_vs_iter.png"), "KL to the reference per RL iteration"+band, "iteration", "KL", kl); err != nil {
+		return nil, err
+	}
+	if err := format.WriteFileAtomic(filepath.Join(dir, "curves.csv"), []byte(b.String())); err != nil {
+		return nil, err
+	}
+	return []string{"reward_vs_iter.png", "kl_vs_iter.png", "curves.csv"}, nil
 }

@@ -1,16 +1,17 @@
 // Package eval turns evaluation runs — rollouts on a test set and their scores — into
 // the figures MemPO is judged by (DESIGN.md §7–§8): F1, EM, success rate, total and peak
 // tokens (TT, PT), turns, invalid-action rate, and how many found facts the final memory
-// still holds; as Markdown and CSV tables and as PNG plots.
+// still holds; as Markdown and CSV tables and as PNG plots. Figures are computed per
+// question first, so that runs of several training seeds on one test set can be pooled
+// and bootstrapped over seeds and questions (Report).
 package eval
 
 import (
-	"fmt"
+	"math"
 	"slices"
 	"strings"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/task"
 )
 
@@ -23,7 +24,7 @@ type Run struct {
 	Scores   string
 }
 
-// Row is one line of the results table: means over the trajectories of a Run.
+// Row is one Run's figures: means over its trajectories.
 type Row struct {
 	Label      string  `json:"label"`
 	K          int     `json:"k"`
@@ -52,62 +53,27 @@ func TaskFacts(w *task.World) Facts {
 	return func(uid string) []task.Hop { return facts[uid] }
 }
 
-// Summarize computes the Row of one Run.
+// Summarize computes the Row of one Run: the per-question figures (Questions) pooled
+// over its questions. With the same number of trajectories per question — what eval
+// writes — this is the plain mean over trajectories, and for the rates the ratio of the
+// sums over trajectories.
 func Summarize(r Run, facts Facts) (Row, error) {
 	row := Row{Label: r.Label, K: r.K, Retention: -1}
-	scores, err := format.ReadDataset[format.Score](r.Scores)
+	qs, err := Questions(r, facts)
 	if err != nil {
 		return row, err
 	}
-	if len(scores) == 0 {
-		return row, fmt.Errorf("eval %s K=%d: %s has no scores", r.Label, r.K, r.Scores)
+	for _, q := range qs {
+		row.N += q.Trajectories
+		row.FactsFound += q.FactsFound
 	}
-	for _, s := range scores {
-		row.N++
-		row.F1 += mean32(s.F1)
-		row.EM += mean32(s.EM)
-		if s.FormatOK && s.Reward == 1 && allOne(s.EM) {
-			row.Success++
-		}
-		row.TT += float64(s.TT)
-		row.PT += float64(s.PT)
-		row.Turns += float64(s.Turns)
+	row.F1, row.EM, row.Success = Pool(qs, F1), Pool(qs, EM), Pool(qs, Success)
+	row.TT, row.PT, row.Turns = Pool(qs, TT), Pool(qs, PT), Pool(qs, Turns)
+	if v := Pool(qs, Invalid); !math.IsNaN(v) {
+		row.Invalid = v
 	}
-	n := float64(row.N)
-	row.F1, row.EM, row.Success, row.TT, row.PT, row.Turns = row.F1/n, row.EM/n, row.Success/n, row.TT/n, row.PT/n, row.Turns/n
-
-	rolls, err := format.ReadDataset[format.Rollout](r.Rollouts)
-	if err != nil {
-		return row, err
-	}
-	trajs, err := format.Trajectories(rolls)
-	if err != nil {
-		return row, fmt.Errorf("eval %s: %w", r.Rollouts, err)
-	}
-	turns, invalid, found, kept := 0, 0, 0, 0
-	for _, tr := range trajs {
-		var obs []string
-		for _, t := range tr {
-			turns++
-			if t.Action == string(protocol.Invalid) {
-				invalid++
-			}
-			if t.Observation != "" {
-				obs = append(obs, t.Observation)
-			}
-		}
-		if facts != nil {
-			f, k := task.Retention(facts(tr[0].UID), obs, finalMemory(tr))
-			found += f
-			kept += k
-		}
-	}
-	if turns > 0 {
-		row.Invalid = float64(invalid) / float64(turns)
-	}
-	row.FactsFound = found
-	if found > 0 {
-		row.Retention = float64(kept) / float64(found)
+	if v := Pool(qs, Retention); !math.IsNaN(v) {
+		row.Retention = v
 	}
 	return row, nil
 }
