@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/...
 
-.PHONY: all build test test-build test-pure test-torch bench demo libtorch fixtures clean
+.PHONY: all build test test-build test-pure test-torch bench demo experiment libtorch fixtures clean
 
 all: build
 
@@ -53,6 +53,12 @@ DEMO_JOBS ?= 2
 demo: build
 	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/demo.mk run
 	@echo; cat runs/demo/eval/results.md; echo; echo "plots: runs/demo/eval/*.png"
+
+# MemPO against GRPO over seeds with 95% intervals (pipelines/experiment.mk; about 80
+# minutes on 2 cores). SEEDS, VARIANTS and every stage's flags can be set on the command line.
+experiment: build
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk run
+	@echo; cat runs/exp/report/results.md; echo; echo "plots: runs/exp/report/*.png"
 
 clean:
 	rm -rf bin runs

@@ -1,9 +1,7 @@
-# The embedded-default demo (DESIGN.md §8): a synthetic task, a tiny Qwen2 model, SFT
-# on an imperfect oracle, MemPO and GRPO iterations, and an evaluation of the SFT start,
-# both RL variants and the full-context agent. Sized for about 15 minutes on 2 cores with
-# `make -j2` (the Makefile's demo target): SFT takes both cores, then the two RL variants
-# and the evaluations run side by side on one thread each.
-RUN_DIR  ?= runs/demo
+# The embedded default's settings (DESIGN.md §8), shared by the demo (demo.mk) and the
+# experiment harness (experiment.mk): a synthetic task, a tiny Qwen2 model trained from
+# scratch, SFT on an imperfect oracle, then MemPO and GRPO iterations. Every value is a
+# default (?=), so a command-line or environment setting wins.
 SEED     ?= 1
 PROTOCOL ?= pipelines/demo-protocol.json
 ITERS    ?= 4
@@ -30,5 +28,3 @@ ROLLOUT_FLAGS ?= --n 8 --max-turns 8 --max-new-tokens 64 --prompts-per-shard 16 
 LOGPROB_FLAGS ?= --temperature 0.5 --threads 1
 UPDATE_FLAGS  ?= --lr 2e-4 --mini-batches 2 --temperature 0.5 --threads 1
 EVAL_FLAGS    ?= --limit 32 --max-turns 8 --max-new-tokens 64 --threads 1
-
-include pipelines/mempo.mk

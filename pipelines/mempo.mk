@@ -2,7 +2,8 @@
 # (_manifest.json, checkpoint.json, …), so `make` reruns exactly what is out of date;
 # each stage is also cached by its own key, so a rerun after a crash resumes and an
 # unchanged stage is a cache hit. Include this file after setting the variables below
-# (pipelines/demo.mk does), or pass them on the command line.
+# (pipelines/demo.mk does; pipelines/experiment.mk runs it once per seed), or pass them on
+# the command line.
 #
 # Layout of runs/<run>:
 #   task/ index/ init/ sft/                      task, search index, initial model, SFT warm start
@@ -37,8 +38,10 @@ SEED           ?= 1
 PROTOCOL       ?=
 PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 
-TASK  := $(RUN_DIR)/task
-INDEX := $(RUN_DIR)/index
+# TASK and INDEX may live outside the run: an experiment shares one task across seeds.
+TASK  ?= $(RUN_DIR)/task
+INDEX ?= $(RUN_DIR)/index
+TASK_SEED ?= $(SEED)
 INIT  := $(RUN_DIR)/init
 SFT   := $(RUN_DIR)/sft
 EVAL  := $(RUN_DIR)/eval
@@ -49,7 +52,7 @@ TRAIN := $(TASK)/prompts-train
 CODE := $(BIN)/CODE_VERSION
 
 $(TASK)/task.json: $(CODE)
-	$(BIN)/mempo gen-task --seed $(SEED) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
+	$(BIN)/mempo gen-task --seed $(TASK_SEED) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
 
 $(INDEX)/mempo_index.json: $(TASK)/task.json
 	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@
@@ -72,7 +75,7 @@ $$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$
 	  --prompt-offset $$$$(( $(RL_PROMPT_OFFSET) + ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
-	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(SCORE_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
 	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
@@ -113,10 +116,13 @@ $(EVAL)/results.md: $(foreach v,$(VARIANTS),$(EVAL)/.$(v).done) $(EVAL)/.sft.don
 $(EVAL)/reward_vs_iter.png: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
 	$(BIN)/mempo curves $(foreach v,$(VARIANTS),--run $(v)=$(RUN_DIR)/$(v)) --out $(EVAL) && touch $@
 
-.PHONY: run train eval
+.PHONY: run train eval eval-parts
 train: $(foreach v,$(VARIANTS),$(call FINAL,$(v))/checkpoint.json)
 eval: $(EVAL)/results.md $(EVAL)/reward_vs_iter.png
 run: eval
+# The cached evaluations of the SFT start and each variant's final policy, without a
+# report: what an experiment aggregates over seeds (pipelines/experiment.mk).
+eval-parts: $(foreach v,$(VARIANTS),$(EVAL)/.$(v).done) $(EVAL)/.sft.done
 
 # Re-score a finished iteration with other advantage flags, reusing its cached rollouts,
 # scores and log-probs: only the advantage and update stages run, into sibling

@@ -23,18 +23,15 @@ var tiny = []string{
 	"STAGE_FLAGS=--progress none --log-level warn",
 }
 
-// TestPipeline runs pipelines/mempo.mk end to end with the real binaries: task, index,
-// init, SFT, two MemPO and two GRPO iterations, evaluation and curves. A second make
-// runs no stage at all, and deleting one iteration's advantages recomputes only that
-// stage: every other stage that make reruns is a cache hit.
-func TestPipeline(t *testing.T) {
+// buildBinaries builds every binary into dir/bin, with a fixed code version.
+func buildBinaries(t *testing.T, dir string) string {
+	t.Helper()
 	if os.Getenv("CGO_ENABLED") == "0" {
 		t.Skip("builds the tensor binaries, so it runs in make test-torch, not in the cgo-free pass")
 	}
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatalf("make not found: %v", err)
 	}
-	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
 	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/...")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -43,6 +40,16 @@ func TestPipeline(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "CODE_VERSION"), []byte("test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return bin
+}
+
+// TestPipeline runs pipelines/mempo.mk end to end with the real binaries: task, index,
+// init, SFT, two MemPO and two GRPO iterations, evaluation and curves. A second make
+// runs no stage at all, and deleting one iteration's advantages recomputes only that
+// stage: every other stage that make reruns is a cache hit.
+func TestPipeline(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildBinaries(t, dir)
 	run := filepath.Join(dir, "run")
 	make := func(targets ...string) string {
 		t.Helper()
@@ -71,6 +78,15 @@ func TestPipeline(t *testing.T) {
 		}
 	}
 
+	// The rollouts the binaries really write keep the invariants the memory pass needs
+	// (observation_ids for every observation), as mempo verify checks them.
+	for _, v := range []string{"mempo", "grpo"} {
+		rolls := filepath.Join(run, v, "iter-1", "rollouts")
+		if out, err := exec.Command(filepath.Join(bin, "mempo"), "verify", rolls).CombinedOutput(); err != nil {
+			t.Errorf("mempo verify %s: %v\n%s", rolls, err, out)
+		}
+	}
+
 	if out := make("run"); strings.Contains(out, bin) {
 		t.Errorf("second make ran stages, want nothing to do:\n%s", out)
 	}
@@ -90,5 +106,60 @@ func TestPipeline(t *testing.T) {
 	}
 	if regexp.MustCompile(`--out \S*/grpo/`).MatchString(out) {
 		t.Errorf("deleting mempo's advantages reran grpo stages:\n%s", out)
+	}
+}
+
+// TestExperiment runs pipelines/experiment.mk on a toy size — two variants × two seeds ×
+// one iteration on one shared task — and checks the aggregation end to end: the report
+// names both seeds, gives every policy an interval, and compares mempo against the grpo
+// baseline; the curves have their spread over seeds. A second make runs no stage.
+func TestExperiment(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildBinaries(t, dir)
+	exp := filepath.Join(dir, "exp")
+	make := func() string {
+		t.Helper()
+		args := append([]string{"--no-print-directory", "-j2", "-C", "..", "-f", "pipelines/experiment.mk", "BIN=" + bin, "EXP_DIR=" + exp,
+			"SEEDS=1 2", "ITERS=1", "BOOTSTRAP=200"}, tiny...)
+		// The protocol path is relative to the repository root here.
+		cmd := exec.Command("make", append(args, "PROTOCOL=pipelines/demo-protocol.json", "run")...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make run: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	make()
+	report := filepath.Join(exp, "report")
+	md, err := os.ReadFile(filepath.Join(report, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| mempo | 2 | 2 |", "| grpo | 2 | 2 |", "| sft | 4 | 2 |", "vs grpo", "seed1", "seed2"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	csv, err := os.ReadFile(filepath.Join(report, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^mempo,2,diff_f1,grpo,`).Match(csv) {
+		t.Errorf("results.csv has no paired F1 difference of mempo against grpo at K=2:\n%s", csv)
+	}
+	curves, err := os.ReadFile(filepath.Join(report, "curves.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^mempo,reward,1,2,`).Match(curves) {
+		t.Errorf("curves.csv has no reward of iteration 1 over 2 seeds for mempo:\n%s", curves)
+	}
+	for _, f := range []string{"f1_vs_k.png", "success_vs_k.png", "reward_vs_iter.png"} {
+		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+	if out := make(); regexp.MustCompile(`(?m)^\S+: wrote `).MatchString(out) {
+		t.Errorf("second make wrote a dataset, want only cache hits and the report:\n%s", out)
 	}
 }
