@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,9 +38,12 @@ type Summary struct {
 	Inputs        []Input         `json:"inputs"`
 	Shards        []Output        `json:"shards"`
 	Timings       Timings         `json:"timings"`
-	Schema        []Field         `json:"schema"`
-	Columns       []ColumnStats   `json:"columns"`
-	Head          []Cells         `json:"head"`
+	// Metrics are the stage's summary figures from the manifest (e.g. the memory
+	// pass's P_mem, P_full and R^M split by what the memory holds).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	Schema  []Field            `json:"schema"`
+	Columns []ColumnStats      `json:"columns"`
+	Head    []Cells            `json:"head"`
 }
 
 // Field is one column of the schema.
@@ -158,7 +163,7 @@ func Inspect(dir string, head int) (*Summary, error) {
 	s := &Summary{
 		Dir: dir, Kind: m.Kind, SchemaVersion: m.SchemaVersion, Stage: m.Stage, CacheKey: m.CacheKey,
 		CodeVersion: m.CodeVersion, Seed: m.Seed, Created: m.Created, Digest: m.Digest(), Rows: m.Rows(),
-		Config: m.Config, Inputs: m.Inputs, Shards: m.Outputs, Timings: m.Timings,
+		Config: m.Config, Inputs: m.Inputs, Shards: m.Outputs, Timings: m.Timings, Metrics: m.Metrics,
 	}
 	if d.Len() == 0 {
 		if sc, _, ok := Schema(m.Kind); ok {
@@ -368,6 +373,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	if len(s.Config) > 0 && string(s.Config) != "null" {
 		p("config\t%s\n", cut(string(s.Config), 200))
+	}
+	if len(s.Metrics) > 0 {
+		p("\nfigure\tvalue\n")
+		for _, k := range slices.Sorted(maps.Keys(s.Metrics)) {
+			p("%s\t%.4g\n", k, s.Metrics[k])
+		}
 	}
 	p("\nshard\trows\tbytes\tsha256\n")
 	for _, o := range s.Shards {

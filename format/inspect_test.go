@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -67,6 +68,15 @@ func TestInspect(t *testing.T) {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("WriteText output lacks %q:\n%s", want, text.String())
 		}
+	}
+	// The manifest's figures are listed by name.
+	s.Metrics = map[string]float64{"memories_all": 28, "auc_r_mem_all_vs_none": 0.91254}
+	text.Reset()
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if got := text.String(); !regexp.MustCompile(`figure +value\nauc_r_mem_all_vs_none +0\.9125\nmemories_all +28\n`).MatchString(got) {
+		t.Errorf("WriteText output lacks the sorted figures:\n%s", got)
 	}
 	var round Summary
 	if err := json.Unmarshal(mustJSON(t, s), &round); err != nil {

@@ -14,10 +14,11 @@ import (
 )
 
 func f32(v float32) *float32 { return &v }
+func i32(v int32) *int32     { return &v }
 
 // stageFixture writes one question with two samples: sample 0 (reward 1) has two turns,
-// the first with a memory at tokens [0,2) of 4; sample 1 (reward 0) has one turn with a
-// memory at [0,1) of 3.
+// the first with a memory at tokens [0,2) of 4 that holds both gold answers; sample 1
+// (reward 0) has one turn with a memory at [0,1) of 3 that holds none.
 func stageFixture(t *testing.T, dir string) Inputs {
 	t.Helper()
 	rolls := []format.Rollout{
@@ -27,9 +28,9 @@ func stageFixture(t *testing.T, dir string) Inputs {
 	}
 	scores := []format.Score{{UID: "q", Sample: 0, Reward: 1}, {UID: "q", Sample: 1, Reward: 0}}
 	lps := []format.Logprob{
-		{UID: "q", Sample: 0, Turn: 0, PMem: f32(0.75), PFull: f32(0.25)},
-		{UID: "q", Sample: 0, Turn: 1},
-		{UID: "q", Sample: 1, Turn: 0, PMem: f32(0.25), PFull: f32(0.5)},
+		{UID: "q", Sample: 0, Turn: 0, PMem: f32(0.75), PFull: f32(0.25), MemGolds: i32(2), Objectives: 2},
+		{UID: "q", Sample: 0, Turn: 1, Objectives: 2},
+		{UID: "q", Sample: 1, Turn: 0, PMem: f32(0.25), PFull: f32(0.5), MemGolds: i32(0), Objectives: 2},
 	}
 	in := Inputs{Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores"), Logprobs: filepath.Join(dir, "logprobs")}
 	if _, err := format.WriteDataset(in.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
@@ -92,6 +93,14 @@ func TestRunStage(t *testing.T) {
 	}
 	if got := res.Manifest.Metrics["adv_outcome_mean"]; math.Abs(got) > 1e-9 {
 		t.Errorf("manifest adv_outcome_mean = %v, want 0", got)
+	}
+	// The memory reward split by what the memory holds: R^M 0.5 for "all", -0.25 for
+	// "none", so R^M ranks the informative memory first (AUC 1).
+	for name, want := range map[string]float64{"memories_all": 1, "memories_some": 0, "memories_none": 1,
+		"mem_reward_mean_all": 0.5, "mem_reward_mean_none": -0.25, "auc_mem_reward_all_vs_none": 1} {
+		if got, ok := res.Manifest.Metrics[name]; !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("manifest %s = %v (present %v), want %v", name, got, ok, want)
+		}
 	}
 
 	if again, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out}); err != nil || !again.Hit {

@@ -102,8 +102,16 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 	cfg.TokenBudget, cfg.Chunk = 2048, 64
 	out := filepath.Join(dir, "logprobs")
 	in := logprob.Inputs{Rollouts: mempoDir, Prompts: f.train, Policy: f.policy, Ref: f.policy}
-	if _, err := logprob.Run(context.Background(), cfg, in, jobs.Spec{Out: out}); err != nil {
+	res, err := logprob.Run(context.Background(), cfg, in, jobs.Spec{Out: out})
+	if err != nil {
 		t.Fatalf("logprob on the rollout stage's rows: %v", err)
+	}
+	// The oracle's first memory is empty and its answering memory complete, so the
+	// summary splits the memories both ways and ranks them.
+	for _, k := range []string{"memories_all", "memories_none", "auc_r_mem_all_vs_none"} {
+		if res.Manifest.Metrics[k] <= 0 {
+			t.Errorf("logprobs manifest %s = %v, want > 0", k, res.Manifest.Metrics[k])
+		}
 	}
 	lps, err := format.ReadDataset[format.Logprob](out)
 	if err != nil {
