@@ -22,7 +22,8 @@ var reportPlots = []struct {
 
 // WriteReport writes r into dir — results.md, results.csv (each atomically) and a PNG
 // per metric against K with 95% error bars — and returns the names of the files it
-// wrote. A metric known for no run (retention without the task's facts) gets no plot.
+// wrote. A metric known for no run (retention without the task's facts) gets no plot,
+// and an earlier report's plot of it is removed.
 func WriteReport(dir string, r *Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
@@ -48,6 +49,10 @@ func WriteReport(dir string, r *Report) ([]string, error) {
 			known = known || len(s.Points) > 0
 		}
 		if !known {
+			// A plot left from an earlier report would no longer match results.md.
+			if err := os.Remove(filepath.Join(dir, p.file)); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("report: %w", err)
+			}
 			continue
 		}
 		title := p.title + " (bars: 95% interval)"

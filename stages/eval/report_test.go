@@ -420,6 +420,18 @@ func TestFromSeedDirs(t *testing.T) {
 			t.Errorf("results.csv row %v: want differences of mempo against grpo, 2 seeds, 12 questions", r)
 		}
 	}
+	// Reported again without the task's facts, retention is unknown: its plot from the
+	// first report is removed rather than left beside a table that no longer has it.
+	if files, err = WriteReport(out, report(t, seeds, nil, DefaultConfig())); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(files, "retention_vs_k.png") {
+		t.Errorf("WriteReport without facts wrote %v, want no retention plot", files)
+	}
+	if _, err := os.Stat(filepath.Join(out, "retention_vs_k.png")); !os.IsNotExist(err) {
+		t.Errorf("stale retention_vs_k.png: Stat = %v, want not exist", err)
+	}
+
 	// Only the named policy, in the order named.
 	only, err := Discover(seeds, []string{"mempo"})
 	if err != nil || len(only[0].Runs) != 2 || only[0].Runs[0].Label != "mempo" {
