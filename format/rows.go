@@ -98,18 +98,29 @@ type Logprob struct {
 	Objectives int32  `arrow:"objectives"` // K of the question; 0 without the memory pass
 }
 
-// Holds classes the turn's memory by the gold answers it holds: "all" objectives',
-// "some", "none"; "" when MemGolds is unknown.
+// The classes of a memory by the gold answers it holds (Logprob.Holds), in the order
+// summaries report them.
+const (
+	HoldsAll  = "all"  // every objective's
+	HoldsSome = "some" // some objectives'
+	HoldsNone = "none" // no objective's
+)
+
+// HoldsClasses lists the classes of Logprob.Holds.
+var HoldsClasses = []string{HoldsAll, HoldsSome, HoldsNone}
+
+// Holds classes the turn's memory by the gold answers it holds: HoldsAll, HoldsSome or
+// HoldsNone; "" when MemGolds is unknown.
 func (l *Logprob) Holds() string {
 	switch {
 	case l.MemGolds == nil:
 		return ""
 	case *l.MemGolds == 0:
-		return "none"
+		return HoldsNone
 	case *l.MemGolds >= l.Objectives:
-		return "all"
+		return HoldsAll
 	}
-	return "some"
+	return HoldsSome
 }
 
 // Advantage holds the advantages of one turn (DESIGN.md §7).

@@ -237,18 +237,14 @@ func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (m
 	for name, x := range map[string]moments{"adv_outcome": outcome, "mem_reward": memReward, "adv_memory": memAdv, "advantages": token} {
 		x.put(m, name)
 	}
-	for _, h := range []string{"all", "some", "none"} {
+	for _, h := range format.HoldsClasses {
 		m["memories_"+h] = float64(len(split[h]))
 		if xs := split[h]; len(xs) > 0 {
-			var mo moments
-			for _, x := range xs {
-				mo.add(x)
-			}
-			m["mem_reward_mean_"+h] = mo.mean
+			m["mem_reward_mean_"+h] = stats.Mean(xs)
 		}
 	}
-	if len(split["all"]) > 0 && len(split["none"]) > 0 {
-		m["auc_mem_reward_all_vs_none"] = stats.AUC(split["all"], split["none"])
+	if all, none := split[format.HoldsAll], split[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
+		m["auc_mem_reward_all_vs_none"] = stats.AUC(all, none)
 	}
 	return m, nil
 }

@@ -21,7 +21,10 @@ type memSplit struct {
 // the memory reward measures what MemPO claims it measures.
 func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
 	var turns, memories, above, sumMem, sumFull, oldTokens, sumOld float64
-	split := map[string]*memSplit{"all": {}, "some": {}, "none": {}}
+	split := map[string]*memSplit{}
+	for _, h := range format.HoldsClasses {
+		split[h] = &memSplit{}
+	}
 	for _, o := range outputs {
 		path := filepath.Join(dir, o.File)
 		r, err := format.OpenFile[format.Logprob](path)
@@ -68,23 +71,15 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 	for class, s := range split {
 		out["memories_"+class] = float64(len(s.pMem))
 		if len(s.pMem) > 0 {
-			out["p_mem_mean_"+class] = mean(s.pMem)
-			out["p_full_mean_"+class] = mean(s.pFull)
-			out["r_mem_mean_"+class] = mean(s.rMem)
+			out["p_mem_mean_"+class] = stats.Mean(s.pMem)
+			out["p_full_mean_"+class] = stats.Mean(s.pFull)
+			out["r_mem_mean_"+class] = stats.Mean(s.rMem)
 		}
 	}
-	all, none := split["all"], split["none"]
+	all, none := split[format.HoldsAll], split[format.HoldsNone]
 	if len(all.pMem) > 0 && len(none.pMem) > 0 {
 		out["auc_p_mem_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
 		out["auc_r_mem_all_vs_none"] = stats.AUC(all.rMem, none.rMem)
 	}
 	return out, nil
-}
-
-func mean(xs []float64) float64 {
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }

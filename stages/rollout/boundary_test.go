@@ -122,7 +122,7 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 		if (r.MemEnd > r.MemStart) != (l.PMem != nil && l.PFull != nil && l.MemGolds != nil) {
 			t.Errorf("uid %s sample %d turn %d: memory span [%d, %d) but p_mem %v p_full %v mem_golds %v", r.UID, r.Sample, r.Turn, r.MemStart, r.MemEnd, l.PMem, l.PFull, l.MemGolds)
 		}
-		if r.Action == string(protocol.Answer) && l.Holds() != "all" {
+		if r.Action == string(protocol.Answer) && l.Holds() != format.HoldsAll {
 			t.Errorf("uid %s sample %d: the oracle's answering memory %q holds %v of %d gold answers, want all", r.UID, r.Sample, r.Memory, l.MemGolds, l.Objectives)
 		}
 	}

@@ -28,3 +28,12 @@ func TestAUC(t *testing.T) {
 		t.Errorf("AUC with no positives = %v, want NaN", got)
 	}
 }
+
+func TestMean(t *testing.T) {
+	if got := Mean([]float64{0.5, 0.25, 0.75}); got != 0.5 {
+		t.Errorf("Mean(0.5, 0.25, 0.75) = %v, want 0.5", got)
+	}
+	if got := Mean(nil); !math.IsNaN(got) {
+		t.Errorf("Mean(nil) = %v, want NaN", got)
+	}
+}

@@ -7,6 +7,18 @@ import (
 	"slices"
 )
 
+// Mean is the arithmetic mean of xs, summed left to right; NaN when xs is empty.
+func Mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
 // AUC is the area under the ROC curve of a score that should rank pos above neg: the
 // probability that a random pos value exceeds a random neg value, ties counting one
 // half (the Mann-Whitney U statistic over |pos|·|neg|). It is NaN when either side is
