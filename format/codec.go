@@ -80,6 +80,12 @@ func register[R Row](k Kind, version int) {
 
 func layoutFor[R Row]() *layout { return layouts[reflect.TypeFor[R]()] }
 
+// KindOf returns the shard kind and schema version that rows of type R are written as.
+func KindOf[R Row]() (Kind, int) {
+	l := layoutFor[R]()
+	return l.kind, l.version
+}
+
 // layoutOf returns the layout of kind k, or nil for an unknown kind.
 func layoutOf(k Kind) *layout {
 	for _, l := range layouts {

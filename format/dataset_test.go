@@ -353,26 +353,15 @@ func TestRolloutInvariants(t *testing.T) {
 func TestCheckRows(t *testing.T) {
 	rows := sampleRollouts()
 	dir := filepath.Join(tempDir(t), "ds")
-	if _, err := WriteDataset(dir, "test", [][]Rollout{rows}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := writeDataset(t, dir, rows, 1)
 	if err := d.CheckRows(10); err != nil {
 		t.Fatalf("CheckRows on valid rows = %v", err)
 	}
 
 	rows[0].ObservationIDs = nil
 	bad := filepath.Join(tempDir(t), "bad")
-	if _, err := WriteDataset(bad, "test", [][]Rollout{rows}); err != nil {
-		t.Fatal(err)
-	}
-	if d, err = OpenDataset(bad); err != nil {
-		t.Fatal(err)
-	}
-	err = d.CheckRows(10)
+	d = writeDataset(t, bad, rows, 1)
+	err := d.CheckRows(10)
 	if !errors.Is(err, ErrInvariant) || !strings.Contains(err.Error(), "part-00000.parquet: row 0 (uid p0 sample 0 turn 0)") {
 		t.Fatalf("CheckRows = %v, want the shard and row named", err)
 	}

@@ -69,7 +69,7 @@ func TestKeyPreimage(t *testing.T) {
 	k := r.key(Part{})
 	got := debug.String()
 	for _, want := range []string{
-		`"stage test\n"`, `"code ` + CodeVersion(), `"schema reference@1\n"`, `"config `,
+		`"stage test\n"`, `"code ` + CodeVersion(), `"schema probe@1\n"`, `"config `,
 		`"input prompts in/prompts sha256:00\n"`, `"seed 7\n"`, `"shards 5\n"`, "= " + k.String(),
 	} {
 		if !strings.Contains(got, want) {

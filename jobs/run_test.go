@@ -23,7 +23,7 @@ import (
 // testSpec is a small spec whose shards testWork computes.
 func testSpec(out string) Spec {
 	return Spec{
-		Stage: "test", Kind: "reference", SchemaVersion: 1,
+		Stage: "test", Kind: "probe", SchemaVersion: 1,
 		Config: map[string]any{"rows": 10, "width": 3},
 		Seed:   7,
 		Inputs: []format.Input{{Name: "prompts", Path: "in/prompts", Digest: "sha256:00"}},
@@ -107,7 +107,7 @@ func TestRunCommitsDataset(t *testing.T) {
 	}
 	var config bytes.Buffer
 	json.Compact(&config, m.Config)
-	if m.CacheKey != res.Key.String() || m.Kind != "reference" || m.Seed != 7 || config.String() != `{"rows":10,"width":3}` {
+	if m.CacheKey != res.Key.String() || m.Kind != "probe" || m.Seed != 7 || config.String() != `{"rows":10,"width":3}` {
 		t.Errorf("manifest = key %s kind %s seed %d config %s", m.CacheKey, m.Kind, m.Seed, m.Config)
 	}
 	if got, want := m.Rows(), int64(3+4+5+6+7); got != want {

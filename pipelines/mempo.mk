@@ -34,7 +34,7 @@ UPDATE_FLAGS   ?= --lr 1e-5 --mini-batches 2
 EVAL_FLAGS     ?= --max-turns 8 --max-new-tokens 64
 STAGE_FLAGS    ?= --progress plain --log-level warn
 SEED           ?= 1
-# PROTOCOL, when set, is the turn format every stage uses (tags, prompt); see stages/protocol.
+# PROTOCOL, when set, is the turn format every stage uses (tags, prompt); see agent/protocol.
 PROTOCOL       ?=
 PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 

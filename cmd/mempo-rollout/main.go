@@ -8,11 +8,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/rollout"
-	"github.com/mempo/mempo/stages/search"
 )
 
 var def = rollout.DefaultConfig()

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/score"
 )
 

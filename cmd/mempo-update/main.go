@@ -13,11 +13,11 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/stages/advantage"
-	"github.com/mempo/mempo/stages/ppo"
+	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/train/ppo"
 )
 
-var def = ppo.DefaultConfig()
+var def = update.DefaultConfig()
 
 var (
 	outFlag        = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, metrics.jsonl; it is a checkpoint only once checkpoint.json exists"}
@@ -71,10 +71,10 @@ func run(c *cli.Context) error {
 	cfg.PPOEpochs, cfg.MiniBatches, cfg.MicroTokenBudget = c.Int(epochsFlag.Name), c.Int(miniFlag.Name), c.Int(budgetFlag.Name)
 	cfg.Temperature = c.Float64(tempFlag.Name)
 	cfg.Device, cfg.DType = c.String(deviceFlag.Name), c.String(dtypeFlag.Name)
-	if cfg.Objective.KL, err = advantage.ParseKL(c.String(klFlag.Name)); err != nil {
+	if cfg.Objective.KL, err = ppo.ParseKL(c.String(klFlag.Name)); err != nil {
 		return app.Usage(err)
 	}
-	if cfg.Objective.Agg, err = advantage.ParseAgg(c.String(aggFlag.Name)); err != nil {
+	if cfg.Objective.Agg, err = ppo.ParseAgg(c.String(aggFlag.Name)); err != nil {
 		return app.Usage(err)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -83,8 +83,8 @@ func run(c *cli.Context) error {
 	if err := torchflag.Apply(c); err != nil {
 		return err
 	}
-	in := ppo.Inputs{Policy: c.String(policyFlag.Name), Ref: c.String(refFlag.Name), Rollouts: c.String(rolloutsFlag.Name),
+	in := update.Inputs{Policy: c.String(policyFlag.Name), Ref: c.String(refFlag.Name), Rollouts: c.String(rolloutsFlag.Name),
 		Logprobs: c.String(logprobsFlag.Name), Advantages: c.String(advantagesFlag.Name)}
-	_, err = ppo.Run(c.Context, cfg, in, spec, ppo.WithSnapshotEvery(c.Int(snapshotFlag.Name)))
+	_, err = update.Run(c.Context, cfg, in, spec, update.WithSnapshotEvery(c.Int(snapshotFlag.Name)))
 	return err
 }

@@ -9,14 +9,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/eval"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/rollout"
 	"github.com/mempo/mempo/stages/score"
-	"github.com/mempo/mempo/stages/task"
 )
 
 var (

@@ -7,8 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/stages/gentask"
 )
 
 // The world-size flags default to task.DefaultConfig, the demo world of DESIGN.md §8.
@@ -113,7 +114,7 @@ func runGenTask(c *cli.Context) error {
 		TestK:           testK,
 		Test:            c.Int(genTaskTestFlag.Name),
 	}
-	s, err := task.Run(c.Context, cfg, spec.Out, spec)
+	s, err := gentask.Run(c.Context, cfg, spec.Out, spec)
 	if err != nil {
 		return err
 	}

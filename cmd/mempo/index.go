@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/mempo/mempo/stages/search"
+	"github.com/mempo/mempo/agent/search"
 )
 
 var (

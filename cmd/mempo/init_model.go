@@ -7,9 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/stages/initmodel"
-	"github.com/mempo/mempo/stages/protocol"
 )
 
 var (

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/mempo/mempo/stages/search"
+	"github.com/mempo/mempo/agent/search"
 )
 
 var (

@@ -5,9 +5,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/stages/protocol"
 	"github.com/mempo/mempo/stages/sft"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/torch"
 )
 
 var versionCommand = &cli.Command{

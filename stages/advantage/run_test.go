@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -33,13 +34,13 @@ func stageFixture(t *testing.T, dir string) Inputs {
 		{UID: "q", Sample: 1, Turn: 0, PMem: f32(0.25), PFull: f32(0.5), MemGolds: i32(0), Objectives: 2},
 	}
 	in := Inputs{Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores"), Logprobs: filepath.Join(dir, "logprobs")}
-	if _, err := format.WriteDataset(in.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
+	if _, err := formattest.WriteDataset(in.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(in.Scores, "test", [][]format.Score{scores}); err != nil {
+	if _, err := formattest.WriteDataset(in.Scores, "test", [][]format.Score{scores}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(in.Logprobs, "test", [][]format.Logprob{lps}); err != nil {
+	if _, err := formattest.WriteDataset(in.Logprobs, "test", [][]format.Logprob{lps}); err != nil {
 		t.Fatal(err)
 	}
 	return in
@@ -157,7 +158,7 @@ func TestRunStageWithoutMemoryPass(t *testing.T) {
 	if err := os.RemoveAll(bare.Logprobs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(bare.Logprobs, "test", [][]format.Logprob{rows}); err != nil {
+	if _, err := formattest.WriteDataset(bare.Logprobs, "test", [][]format.Logprob{rows}); err != nil {
 		t.Fatal(err)
 	}
 	grpo := DefaultConfig()

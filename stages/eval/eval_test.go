@@ -11,8 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/format/formattest"
 )
 
 func fixture(t *testing.T) Run {
@@ -30,10 +31,10 @@ func fixture(t *testing.T) Run {
 		{UID: "b", Turn: 1, Action: "answer", Memory: "Bo employer Acme"},
 	}
 	r := Run{Label: "mempo", K: 2, Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores")}
-	if _, err := format.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
+	if _, err := formattest.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
+	if _, err := formattest.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -101,10 +102,10 @@ func fixtureN2(t *testing.T) Run {
 		{UID: "b", Sample: 1, Turn: 3, Action: "answer", Memory: "nothing"},
 	}
 	r := Run{Label: "mempo", K: 2, Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores")}
-	if _, err := format.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
+	if _, err := formattest.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
+	if _, err := formattest.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -172,7 +173,7 @@ func TestRunCurves(t *testing.T) {
 		if err := os.MkdirAll(it, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := format.WriteDataset(filepath.Join(it, "scores"), "test", [][]format.Score{rows}); err != nil {
+		if _, err := formattest.WriteDataset(filepath.Join(it, "scores"), "test", [][]format.Score{rows}); err != nil {
 			t.Fatal(err)
 		}
 		if k == 1 {
@@ -208,7 +209,7 @@ func TestSeedCurves(t *testing.T) {
 			for i, r := range rs {
 				rows = append(rows, format.Score{UID: "q", Sample: int32(i), Reward: r})
 			}
-			if _, err := format.WriteDataset(filepath.Join(it, "scores"), "test", [][]format.Score{rows}); err != nil {
+			if _, err := formattest.WriteDataset(filepath.Join(it, "scores"), "test", [][]format.Score{rows}); err != nil {
 				t.Fatal(err)
 			}
 			if v, ok := kl[k]; ok {

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/task"
 )
 
 // Metric is one figure of the results table.

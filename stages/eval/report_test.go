@@ -14,8 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/format/formattest"
 )
 
 // outcomes is a synthetic run: per question (uids q000, q001, …) the F1 of each of its
@@ -47,10 +48,10 @@ func writeRun(t *testing.T, root, policy string, k int, o outcomes) Run {
 		}
 	}
 	r := Run{Label: policy, K: k, Rollouts: filepath.Join(d, "rollouts"), Scores: filepath.Join(d, "scores")}
-	if _, err := format.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
+	if _, err := formattest.WriteDataset(r.Scores, "test", [][]format.Score{scores}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
+	if _, err := formattest.WriteDataset(r.Rollouts, "test", [][]format.Rollout{rolls}); err != nil {
 		t.Fatal(err)
 	}
 	return r

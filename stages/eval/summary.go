@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/task"
 )
 
 // Run names one evaluation: a policy (Label) on a test set of K objectives, with the

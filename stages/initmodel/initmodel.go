@@ -24,11 +24,11 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // Stage names init-model in keys and records.

@@ -11,11 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/format/formattest"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // smallWorld is a small synthetic world: 24 people, 20 other entities, 12 questions.
@@ -259,7 +260,7 @@ func TestRunLearnsQuestions(t *testing.T) {
 	}
 	root := t.TempDir()
 	prompts := filepath.Join(root, "prompts")
-	if _, err := format.WriteDataset(prompts, "test", [][]format.Prompt{rows}); err != nil {
+	if _, err := formattest.WriteDataset(prompts, "test", [][]format.Prompt{rows}); err != nil {
 		t.Fatal(err)
 	}
 	count := func(in Inputs, name string) (int, *Result) {

@@ -6,9 +6,9 @@ import (
 	"io"
 	"iter"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/search"
 )
 
 // obsDocs is how many documents one rendered observation holds: the environment's

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // benchRollouts fabricates mempo-shaped trajectories of random tokens: a 150-token

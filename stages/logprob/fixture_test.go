@@ -8,10 +8,11 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/sample"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -171,10 +172,10 @@ func (f *fixture) writeInputs(t testing.TB) {
 	t.Helper()
 	f.in.Prompts = filepath.Join(f.dir, "prompts")
 	f.in.Rollouts = filepath.Join(f.dir, "rollouts")
-	if _, err := format.WriteDataset(f.in.Prompts, "test", promptRows()); err != nil {
+	if _, err := formattest.WriteDataset(f.in.Prompts, "test", promptRows()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(f.in.Rollouts, "test", f.rolls); err != nil {
+	if _, err := formattest.WriteDataset(f.in.Rollouts, "test", f.rolls); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // target is the memory pass's teacher-forced continuation for one question: the probe

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/sugarme/gotch/ts"
 )
 

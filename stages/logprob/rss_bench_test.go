@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -89,7 +90,7 @@ func TestPeakRSSChild(t *testing.T) {
 		shards = append(shards, rows)
 	}
 	rolls := filepath.Join(dir, "rollouts")
-	if _, err := format.WriteDataset(rolls, "bench", shards); err != nil {
+	if _, err := formattest.WriteDataset(rolls, "bench", shards); err != nil {
 		t.Fatal(err)
 	}
 	shards = nil

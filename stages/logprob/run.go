@@ -12,9 +12,9 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // TokenizerFile is the tokenizer's file name inside a checkpoint directory.

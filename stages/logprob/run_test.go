@@ -15,7 +15,7 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/qwen2"
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/sugarme/gotch/ts"
 )
 

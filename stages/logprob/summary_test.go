@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -28,7 +29,7 @@ func TestSummarizeSplit(t *testing.T) {
 		{UID: "q", Turn: 5, OldLogprobs: []float32{-1}, RefLogprobs: []float32{-1}, Objectives: 2}, // no memory
 	}
 	dir := filepath.Join(t.TempDir(), "lp")
-	d, err := format.WriteDataset(dir, "test", [][]format.Logprob{rows})
+	d, err := formattest.WriteDataset(dir, "test", [][]format.Logprob{rows})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/logprob"
-	"github.com/mempo/mempo/stages/protocol"
 )
 
 // TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout

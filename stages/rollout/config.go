@@ -8,9 +8,9 @@ import (
 
 	"github.com/mempo/mempo/format"
 
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2/sample"
-	"github.com/mempo/mempo/stages/search"
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
+	"github.com/mempo/mempo/model/sample"
 )
 
 // ErrConfig marks an unusable rollout config or input; messages name the flag.

@@ -10,12 +10,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/bpe"
+	"github.com/mempo/mempo/format/formattest"
+	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/stages/initmodel"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/search"
-	"github.com/mempo/mempo/stages/task"
 )
 
 // fixture is what every test reads: a small synthetic world, its BM25 index, a tiny
@@ -99,7 +100,7 @@ func buildFixture() (*fixture, error) {
 				Question: p.Question, Golds: p.Golds}
 		}
 		dir := filepath.Join(root, name)
-		_, err := format.WriteDataset(dir, "test", [][]format.Prompt{rows})
+		_, err := formattest.WriteDataset(dir, "test", [][]format.Prompt{rows})
 		return dir, err
 	}
 	if f.train, err = write("prompts-train", w.Train); err != nil {

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/qwen2/sample"
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/sample"
 )
 
 // request is one turn of one trajectory to generate.

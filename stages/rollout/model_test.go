@@ -13,10 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // modelConfig keeps the tiny random policy's rollouts small: 2 samples of the 6

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/search"
 )
 
 // openRetriever opens the retriever the config names and the input that keys it: a

@@ -21,13 +21,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/search"
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // Stage names the rollout stage in keys and manifests.

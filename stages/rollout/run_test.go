@@ -11,10 +11,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/search"
 )
 
 func readRows(t *testing.T, dir string) []format.Rollout {

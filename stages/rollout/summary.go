@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
 )
 
 // Stats are the figures of a set of trajectories that the manifest reports: how they

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -33,10 +34,10 @@ func TestRun(t *testing.T) {
 			turnRow("q2", 0, 0, "<mem>m</mem><think>t</think><search>y</search>", 8, 4),
 		},
 	}
-	if _, err := format.WriteDataset(filepath.Join(dir, "prompts"), "test", prompts); err != nil {
+	if _, err := formattest.WriteDataset(filepath.Join(dir, "prompts"), "test", prompts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(filepath.Join(dir, "rollouts"), "test", rolls); err != nil {
+	if _, err := formattest.WriteDataset(filepath.Join(dir, "rollouts"), "test", rolls); err != nil {
 		t.Fatal(err)
 	}
 	in := Inputs{Rollouts: filepath.Join(dir, "rollouts"), Prompts: filepath.Join(dir, "prompts")}
@@ -84,10 +85,10 @@ func TestRun(t *testing.T) {
 
 func TestRunUnknownUID(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := format.WriteDataset(filepath.Join(dir, "prompts"), "test", [][]format.Prompt{{{UID: "q1", Golds: [][]string{{"x"}}}}}); err != nil {
+	if _, err := formattest.WriteDataset(filepath.Join(dir, "prompts"), "test", [][]format.Prompt{{{UID: "q1", Golds: [][]string{{"x"}}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := format.WriteDataset(filepath.Join(dir, "rollouts"), "test", [][]format.Rollout{{turnRow("q9", 0, 0, "", 1, 1)}}); err != nil {
+	if _, err := formattest.WriteDataset(filepath.Join(dir, "rollouts"), "test", [][]format.Rollout{{turnRow("q9", 0, 0, "", 1, 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	in := Inputs{Rollouts: filepath.Join(dir, "rollouts"), Prompts: filepath.Join(dir, "prompts")}

@@ -14,8 +14,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/train"
 )
 
 // Stage is the SFT stage's name in cache keys and trainer states.
@@ -59,8 +59,8 @@ type Config struct {
 	HeldOut float64 `json:"held_out"`
 	Epochs  int     `json:"epochs"`
 	// AdamW holds LR, betas, weight decay, warm-up steps and the grad-norm clip.
-	AdamW    update.AdamWConfig `json:"adamw"`
-	Schedule Schedule           `json:"schedule"`
+	AdamW    train.AdamWConfig `json:"adamw"`
+	Schedule Schedule          `json:"schedule"`
 	// BatchTokens bounds rows × padded width of one optimizer step's batch.
 	BatchTokens int `json:"batch_tokens"`
 	// ContextLossWeight weighs the NLL of context tokens (prompt, earlier turns,
@@ -79,7 +79,7 @@ type Config struct {
 // keeps a distractor with 0.1) for 3 epochs at a constant LR of 1e-3 without warm-up,
 // which suits the tiny model; real models want a smaller LR and a warm-up.
 func DefaultConfig() Config {
-	a := update.DefaultAdamW
+	a := train.DefaultAdamW
 	a.LR = 1e-3
 	return Config{
 		Context: protocol.Mempo, MaxTurns: 16, OracleDrop: 0.2, OracleDistractor: 0.1,
@@ -125,7 +125,7 @@ func (c Config) Validate() error {
 }
 
 // lrAt is the LR of optimizer step k (from 1) of total: linear warm-up from 0 over
-// WarmupSteps as update.AdamWConfig.LRAt, then constant, or linear decay to 0 at total
+// WarmupSteps as train.AdamWConfig.LRAt, then constant, or linear decay to 0 at total
 // (HF's get_linear_schedule_with_warmup).
 func (c Config) lrAt(k, total int64) float64 {
 	w := c.AdamW.WarmupSteps

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/task"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // Inputs are what SFT reads.

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/safetensors"
-	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/model/safetensors"
+	"github.com/mempo/mempo/train"
 )
 
 const childEnv = "MEMPO_SFT_TEST_CHILD"
@@ -82,7 +82,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if res.Resumed == 0 || res.Resumed >= int(res.State.Step) {
 		t.Errorf("rerun resumed %d of %d steps, want the first epoch's", res.Resumed, res.State.Step)
 	}
-	for _, name := range []string{safetensors.SingleFile, update.OptimizerFile, OracleFile} {
+	for _, name := range []string{safetensors.SingleFile, train.OptimizerFile, OracleFile} {
 		x, err1 := os.ReadFile(filepath.Join(clean, name))
 		y, err2 := os.ReadFile(filepath.Join(out, name))
 		if err1 != nil || err2 != nil {
@@ -99,9 +99,9 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 }
 
-func readState(t *testing.T, dir string) *update.TrainerState {
+func readState(t *testing.T, dir string) *train.TrainerState {
 	t.Helper()
-	s, err := update.ReadTrainerState(dir)
+	s, err := train.ReadTrainerState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/search"
-	"github.com/mempo/mempo/stages/task"
-	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/train"
 )
 
 // Result says what Run did.
@@ -26,7 +26,7 @@ type Result struct {
 	Key     jobs.Key
 	Hit     bool
 	Resumed int // optimizer steps taken from an interrupted run's snapshot
-	State   *update.TrainerState
+	State   *train.TrainerState
 }
 
 // Metric is one line of metrics.jsonl: one optimizer step.
@@ -95,16 +95,16 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
-	key, err := update.CacheKey(Stage, cfg, inputs, spec.Seed, spec.KeyDebug)
+	key, err := train.CacheKey(Stage, cfg, inputs, spec.Seed, spec.KeyDebug)
 	if err != nil {
 		return nil, err
 	}
-	art, hit, err := update.Begin(spec.Out, key, spec.Force, log)
+	art, hit, err := train.Begin(spec.Out, key, spec.Force, log)
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
 	if hit != nil {
-		st, err := update.Hit(stdout, "sft", spec.Out, key)
+		st, err := train.Hit(stdout, "sft", spec.Out, key)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	}
 	defer art.Release()
 
-	tok, err := bpe.Load(filepath.Join(in.Policy, update.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(in.Policy, train.TokenizerFile))
 	if err != nil {
 		return nil, fmt.Errorf("sft: policy tokenizer: %w", err)
 	}
@@ -153,17 +153,17 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	pcg := rand.NewPCG(uint64(spec.Seed), planStream)
 	rng := rand.New(pcg)
 	trainT, heldT := split(len(qs), cfg.HeldOut, rng)
-	var train []int
+	var trainIdx []int
 	var held []example
 	for _, i := range trainT {
-		train = append(train, perTraj[i]...)
+		trainIdx = append(trainIdx, perTraj[i]...)
 	}
 	for _, i := range heldT {
 		for _, j := range perTraj[i] {
 			held = append(held, examples[j])
 		}
 	}
-	steps := plan(examples, train, cfg.Epochs, cfg.BatchTokens, rng)
+	steps := plan(examples, trainIdx, cfg.Epochs, cfg.BatchTokens, rng)
 	rngState, _ := pcg.MarshalBinary()
 
 	var cur cursor
@@ -193,13 +193,13 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	}
 	// SFT starts a fresh optimizer whatever the policy holds: it is the first training
 	// of a lineage, on an objective of its own.
-	adam, err := update.NewAdamW(params, cfg.AdamW)
+	adam, err := train.NewAdamW(params, cfg.AdamW)
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
 	defer adam.Drop()
 	if resumed {
-		if err := update.LoadOptimizer(filepath.Join(snap.Dir, update.OptimizerFile), adam); err != nil {
+		if err := train.LoadOptimizer(filepath.Join(snap.Dir, train.OptimizerFile), adam); err != nil {
 			return nil, fmt.Errorf("sft: resume: %w", err)
 		}
 		log.Info("resuming", "dir", art.Tmp, "steps_done", cur.Done, "of", len(steps))
@@ -233,8 +233,8 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 		return nil, fmt.Errorf("sft: held-out loss: %w", err)
 	}
 
-	st := &update.TrainerState{Stage: Stage, Step: adam.Steps(), Seed: spec.Seed, RNG: hex.EncodeToString(rngState),
-		Cursor:  update.Cursor{Epoch: cfg.Epochs, Done: len(steps), Total: len(steps)},
+	st := &train.TrainerState{Stage: Stage, Step: adam.Steps(), Seed: spec.Seed, RNG: hex.EncodeToString(rngState),
+		Cursor:  train.Cursor{Epoch: cfg.Epochs, Done: len(steps), Total: len(steps)},
 		Metrics: summary(cur, after, trajs, len(examples), len(held))}
 	if st.Config, err = jobs.CanonicalJSON(cfg); err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 	if err := writeCheckpoint(art.Tmp, m, adam, in.Policy, st, cur.Metrics, trajs); err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
-	if err := art.Publish(update.Commit{Stage: Stage, CodeVersion: jobs.CodeVersion(), Seed: spec.Seed, Inputs: inputs}); err != nil {
+	if err := art.Publish(train.Commit{Stage: Stage, CodeVersion: jobs.CodeVersion(), Seed: spec.Seed, Inputs: inputs}); err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
 	if spec.Trace != nil {
@@ -254,7 +254,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...Opti
 }
 
 // trainStep runs one batch: forward, backward, one AdamW step at the schedule's LR.
-func trainStep(tr *trainer, adam *update.AdamW, cfg Config, examples []example, b batch, total int64, now func() time.Time) (Metric, error) {
+func trainStep(tr *trainer, adam *train.AdamW, cfg Config, examples []example, b batch, total int64, now func() time.Time) (Metric, error) {
 	start := now()
 	k := adam.Steps() + 1
 	if err := adam.SetLR(cfg.lrAt(k, total)); err != nil {
@@ -312,14 +312,14 @@ func summary(cur cursor, after float64, trajs []task.Trajectory, turns, held int
 	return out
 }
 
-func writeCheckpoint(dir string, m *qwen2.Model, adam *update.AdamW, policy string, st *update.TrainerState, mets []Metric, trajs []task.Trajectory) error {
+func writeCheckpoint(dir string, m *qwen2.Model, adam *train.AdamW, policy string, st *train.TrainerState, mets []Metric, trajs []task.Trajectory) error {
 	if err := m.Save(dir, 5<<30); err != nil {
 		return err
 	}
-	if err := update.CopyFile(filepath.Join(dir, update.TokenizerFile), filepath.Join(policy, update.TokenizerFile)); err != nil {
+	if err := train.CopyFile(filepath.Join(dir, train.TokenizerFile), filepath.Join(policy, train.TokenizerFile)); err != nil {
 		return err
 	}
-	if err := update.SaveOptimizer(filepath.Join(dir, update.OptimizerFile), adam); err != nil {
+	if err := train.SaveOptimizer(filepath.Join(dir, train.OptimizerFile), adam); err != nil {
 		return err
 	}
 	var lines bytes.Buffer
@@ -329,7 +329,7 @@ func writeCheckpoint(dir string, m *qwen2.Model, adam *update.AdamW, policy stri
 			return err
 		}
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, update.MetricsFile), lines.Bytes()); err != nil {
+	if err := format.WriteFileAtomic(filepath.Join(dir, train.MetricsFile), lines.Bytes()); err != nil {
 		return err
 	}
 	var oracle bytes.Buffer
@@ -339,7 +339,7 @@ func writeCheckpoint(dir string, m *qwen2.Model, adam *update.AdamW, policy stri
 	if err := format.WriteFileAtomic(filepath.Join(dir, OracleFile), oracle.Bytes()); err != nil {
 		return err
 	}
-	return update.WriteJSON(filepath.Join(dir, update.TrainerStateFile), st)
+	return train.WriteJSON(filepath.Join(dir, train.TrainerStateFile), st)
 }
 
 func keyedInputs(in Inputs, indexKey string) ([]format.Input, error) {

@@ -11,13 +11,14 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/agent/search"
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/stages/bpe"
-	"github.com/mempo/mempo/stages/protocol"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/search"
-	"github.com/mempo/mempo/stages/task"
-	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/train"
 )
 
 // fixture is a small task directory with its index and an untrained policy whose
@@ -33,7 +34,7 @@ func newFixture(t *testing.T) *fixture {
 	tc := task.Config{Seed: 3, People: 24, Cities: 8, Companies: 8, Countries: 3, TwinRate: 0.3, TwoHopRate: 0.3,
 		TrainK: 2, Train: 24, TestK: []int{2}, Test: 4}
 	taskDir := filepath.Join(dir, "task")
-	if _, err := task.Run(context.Background(), tc, taskDir, jobs.Spec{}); err != nil {
+	if _, err := gentask.Run(context.Background(), tc, taskDir, jobs.Spec{}); err != nil {
 		t.Fatal(err)
 	}
 	index := filepath.Join(dir, "index")
@@ -70,7 +71,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := m.Save(policy, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tok.Save(filepath.Join(policy, update.TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(policy, train.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: index, Policy: policy}}
@@ -108,7 +109,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	if _, err := bpe.Load(filepath.Join(out, update.TokenizerFile)); err != nil {
+	if _, err := bpe.Load(filepath.Join(out, train.TokenizerFile)); err != nil {
 		t.Error(err)
 	}
 	fh, err := os.Open(filepath.Join(out, OracleFile))
@@ -139,7 +140,7 @@ func TestRunRejects(t *testing.T) {
 	t.Run("prompts of another task", func(t *testing.T) {
 		other := task.Config{Seed: 99, People: 10, Cities: 4, Companies: 4, Countries: 2, TrainK: 2, Train: 3, TestK: []int{2}, Test: 1}
 		dir := filepath.Join(f.dir, "other")
-		if _, err := task.Run(context.Background(), other, dir, jobs.Spec{}); err != nil {
+		if _, err := gentask.Run(context.Background(), other, dir, jobs.Spec{}); err != nil {
 			t.Fatal(err)
 		}
 		in := f.in
@@ -162,7 +163,7 @@ func TestRunRejects(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Drop()
-		if err := update.CopyFile(filepath.Join(in.Policy, update.TokenizerFile), filepath.Join(f.in.Policy, update.TokenizerFile)); err != nil {
+		if err := train.CopyFile(filepath.Join(in.Policy, train.TokenizerFile), filepath.Join(f.in.Policy, train.TokenizerFile)); err != nil {
 			t.Fatal(err)
 		}
 		_, err = Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(f.dir, "y"), Seed: 1})

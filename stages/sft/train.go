@@ -5,10 +5,10 @@ import (
 	"math"
 	"runtime"
 
-	"github.com/mempo/mempo/stages/advantage"
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/torch"
-	"github.com/mempo/mempo/stages/update"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/ppo"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -21,11 +21,11 @@ type trainer struct {
 
 // trainable marks every weight of m as a gradient-accumulating leaf and returns them
 // as the optimizer's parameters.
-func trainable(m *qwen2.Model) (ps []update.Param, err error) {
+func trainable(m *qwen2.Model) (ps []train.Param, err error) {
 	defer torch.Catch("mark weights trainable", &err)
 	for _, w := range m.Weights() {
 		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
-		ps = append(ps, update.Param{Name: w.Key, T: w.Tensor})
+		ps = append(ps, train.Param{Name: w.Key, T: w.Tensor})
 	}
 	return ps, nil
 }
@@ -65,13 +65,13 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 	resp := torch.FromHost(isResponse, shape, t.m.Device())
 	live = append(live, row, resp)
 	// The response mean is what the held-out loss measures, whatever the weight.
-	respMean, v, err := update.AggregateTokens(row, resp, advantage.AggTokenMean, float64(tokens))
+	respMean, v, err := train.AggregateTokens(row, resp, ppo.AggTokenMean, float64(tokens))
 	if err != nil {
 		return 0, 0, err
 	}
 	live = append(live, respMean)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, 0, fmt.Errorf("loss %v: %w", -v, update.ErrNonFinite)
+		return 0, 0, fmt.Errorf("loss %v: %w", -v, train.ErrNonFinite)
 	}
 	objective := respMean
 	if t.ctxWeight > 0 {
@@ -88,7 +88,7 @@ func (t *trainer) backward(batch []*example) (loss float64, tokens int, err erro
 		w := torch.FromHost(weights, shape, t.m.Device())
 		weighted := torch.Must(row.Mul(w, false))
 		live = append(live, w, weighted)
-		if objective, _, err = update.AggregateTokens(weighted, w, advantage.AggTokenMean, wsum); err != nil {
+		if objective, _, err = train.AggregateTokens(weighted, w, ppo.AggTokenMean, wsum); err != nil {
 			return 0, 0, err
 		}
 		live = append(live, objective)

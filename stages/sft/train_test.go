@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/mempo/mempo/stages/qwen2"
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // TestContextLossWeight checks the weighted objective against its parts: with context

@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/stages/torch"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // Threads sets libtorch's intra-op thread pool. Small models decode faster on one

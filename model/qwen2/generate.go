@@ -1,0 +1,209 @@
+package qwen2
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+
+	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
+)
+
+// Finish reasons of a completion.
+const (
+	FinishStop   = "stop"   // a stop sequence was emitted (it is included in Tokens)
+	FinishLength = "length" // max_new_tokens or max_position_embeddings was reached
+)
+
+// Request is one sequence to continue.
+type Request struct {
+	Prompt []int64
+	// Seed fixes the sequence's random stream: the same (Seed, Prompt, sampling
+	// config) gives the same tokens whatever else is in the batch, up to the
+	// floating-point caveat in Generate.
+	Seed uint64
+}
+
+// Completion is the generated continuation of one Request.
+type Completion struct {
+	Tokens []int64
+	// LogProbs[i] is log softmax(logits/T)[Tokens[i]] over the full vocabulary,
+	// before top-k/top-p truncation (T = 1 when greedy); see sample.Sampler.Pick.
+	LogProbs []float32
+	Finish   string
+}
+
+// Generate continues every request in one batch with a KV cache. Prompts of
+// different lengths are right-padded and keep their own positions (see Batch); rows
+// that finish are dropped from the cache. Tokens are drawn on the host from each
+// row's float32 logits with that row's own random stream, one draw per token, rows
+// spread over GOMAXPROCS goroutines. Each step feeds only the rows' newest tokens,
+// through projections fused once per call (see fused).
+//
+// Batch independence: a row's arithmetic is the same whatever its neighbours, but
+// libtorch may pick different GEMM kernels for different batch shapes, so logits can
+// differ in the last bits between batch compositions (TestBatchIndependence measures
+// this on CPU). Because the token is an inverse-CDF draw, such a difference changes
+// the token only when the uniform draw lands within that distance of a CDF boundary
+// or two greedy logits tie to the last bit.
+func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, err error) {
+	samp, err := sample.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	width := 0
+	for i, r := range reqs {
+		if len(r.Prompt) == 0 {
+			return nil, fmt.Errorf("generate: request %d: empty prompt", i)
+		}
+		if len(r.Prompt) >= m.Config.MaxPositions {
+			return nil, fmt.Errorf("generate: request %d: prompt of %d tokens leaves no room within max_position_embeddings %d: shorten the prompt", i, len(r.Prompt), m.Config.MaxPositions)
+		}
+		if err := m.Config.checkTokens(r.Prompt); err != nil {
+			return nil, fmt.Errorf("generate: request %d: %w", i, err)
+		}
+		width = max(width, len(r.Prompt))
+	}
+	defer torch.Catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
+	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
+	// autograd, which the in-place ops of the forward pass rely on.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer setGrad(setGrad(false))
+
+	out = make([]Completion, len(reqs))
+	rngs := make([]*rand.Rand, len(reqs))
+	for i, r := range reqs {
+		rngs[i] = sample.NewRNG(r.Seed)
+	}
+	active := make([]int, len(reqs)) // active[row] = request index
+	tokens := make([][]int64, len(reqs))
+	start := make([]int, len(reqs))
+	for i, r := range reqs {
+		active[i] = i
+		tokens[i] = r.Prompt
+	}
+	cache := m.NewCache(len(reqs), width+cfg.MaxNewTokens)
+	defer cache.Drop()
+	// Rows are sampled in parallel, one sampler per worker: a row's draw depends only
+	// on its logits and its own stream, so the split does not change any token.
+	samps := make([]*sample.Sampler, min(runtime.GOMAXPROCS(0), len(reqs)))
+	samps[0] = samp
+	for i := 1; i < len(samps); i++ {
+		samps[i], _ = sample.New(cfg)
+	}
+	picks := make([]pick, len(reqs))
+	fs := m.fuse()
+	defer freeFused(fs)
+	var valid [][]bool
+	for len(active) > 0 {
+		b := NewBatch(tokens, start, valid, cache.Len())
+		valid = b.Valid
+		logits := m.lastLogits(b, cache, fs)
+		pickRows(samps, logits, m.Config.VocabSize, active, rngs, picks[:len(active)])
+		var keep []int64
+		for row, req := range active {
+			c := &out[req]
+			c.Tokens = append(c.Tokens, int64(picks[row].tok))
+			c.LogProbs = append(c.LogProbs, float32(picks[row].lp))
+			next := len(reqs[req].Prompt) + len(c.Tokens) - 1 // position of the new token
+			switch {
+			case sample.Stopped(c.Tokens, cfg.Stop):
+				c.Finish = FinishStop
+			case len(c.Tokens) >= cfg.MaxNewTokens || next+1 >= m.Config.MaxPositions:
+				c.Finish = FinishLength
+			default:
+				keep = append(keep, int64(row))
+			}
+		}
+		if len(keep) == 0 {
+			break
+		}
+		if len(keep) < len(active) {
+			cache.Keep(keep)
+		}
+		nextActive := make([]int, len(keep))
+		nextValid := make([][]bool, len(keep))
+		tokens, start = make([][]int64, len(keep)), make([]int, len(keep))
+		for j, row := range keep {
+			req := active[row]
+			c := out[req]
+			nextActive[j] = req
+			nextValid[j] = valid[row]
+			tokens[j] = []int64{c.Tokens[len(c.Tokens)-1]}
+			start[j] = len(reqs[req].Prompt) + len(c.Tokens) - 1
+		}
+		active, valid = nextActive, nextValid
+	}
+	return out, nil
+}
+
+// pick is one sampled token and its log-probability.
+type pick struct {
+	tok int
+	lp  float64
+}
+
+// pickRows samples row r of logits: [rows·vocab] with the stream of request
+// active[r] into picks[r], rows split over the samplers' goroutines.
+func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int, rngs []*rand.Rand, picks []pick) {
+	run := func(w, n int) {
+		for r := w; r < len(active); r += n {
+			tok, lp := samps[w].Pick(logits[r*vocab:(r+1)*vocab], rngs[active[r]])
+			picks[r] = pick{tok, lp}
+		}
+	}
+	n := min(len(samps), len(active))
+	var wg sync.WaitGroup
+	fail := make([]any, n) // a worker's panic, raised again here for Generate's catch
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { fail[w] = recover() }()
+			run(w, n)
+		}()
+	}
+	run(0, n)
+	wg.Wait()
+	for _, f := range fail {
+		if f != nil {
+			panic(f)
+		}
+	}
+}
+
+// lastLogits runs b through the model (through fused projections fs when not nil)
+// and returns the float32 logits of each row's last real token, [rows·vocab] on the
+// host; only those rows go through the head.
+func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
+	ids, pos, bias := m.inputs(b)
+	h := m.hidden(ids, pos, bias, cache, fs)
+	freeAll(ids, pos, bias)
+	if b.Width > 1 {
+		last := make([]int64, b.Rows)
+		for r := range b.Rows {
+			n := 0
+			for j := range b.Width {
+				if b.Valid[r][b.Past+j] {
+					n = j
+				}
+			}
+			last[r] = int64(r*b.Width + n)
+		}
+		idx := rawFromHost(last, []int64{int64(b.Rows)}, gotch.Int64, m.device)
+		flat := h.reshape(int64(b.Rows*b.Width), -1)
+		sel := flat.indexSelect(0, idx)
+		freeAll(h, flat, idx)
+		h = sel
+	}
+	logits := m.logits(h) // [rows, vocab] or [rows, 1, vocab]
+	h.free()
+	defer logits.free()
+	return logits.host()
+}

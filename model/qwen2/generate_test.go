@@ -1,0 +1,275 @@
+package qwen2
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch"
+)
+
+func testRequests(n int) []Request {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var out []Request
+	for i := range n {
+		out = append(out, Request{Prompt: randomTokens(rng, 3+rng.IntN(12), 97), Seed: uint64(100 + i)})
+	}
+	return out
+}
+
+func generate(t *testing.T, m *Model, reqs []Request, cfg sample.Config) []Completion {
+	t.Helper()
+	out, err := m.Generate(reqs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBatchIndependence generates each request alone and inside batches of other
+// compositions and sizes: tokens must be identical and sampling log-probs equal
+// within 1e-5. It also logs the largest logit difference between a row decoded alone
+// and in a batch, the floating-point effect Generate's comment describes.
+func TestBatchIndependence(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	reqs := testRequests(6)
+	cfg := sample.Config{Temperature: 1, TopP: 0.95, MaxNewTokens: 12}
+	var alone []Completion
+	for _, r := range reqs {
+		alone = append(alone, generate(t, m, []Request{r}, cfg)[0])
+	}
+	batches := [][]int{{0, 1, 2, 3, 4, 5}, {5, 3, 1}, {2, 0}, {4, 2, 5, 0, 1, 3}}
+	for _, idx := range batches {
+		var sub []Request
+		for _, i := range idx {
+			sub = append(sub, reqs[i])
+		}
+		got := generate(t, m, sub, cfg)
+		for j, i := range idx {
+			if diff := cmp.Diff(alone[i].Tokens, got[j].Tokens); diff != "" {
+				t.Errorf("batch %v: request %d tokens (-alone +batched):\n%s", idx, i, diff)
+			}
+			if d := maxAbsDiff(alone[i].LogProbs, got[j].LogProbs); d > 1e-5 {
+				t.Errorf("batch %v: request %d: max |Δlogprob| = %g, want <= 1e-5", idx, i, d)
+			}
+		}
+	}
+	// Measure: last-token logits of request 0 alone vs in the full batch.
+	solo := NewBatch([][]int64{reqs[0].Prompt}, []int{0}, nil, 0)
+	var prompts [][]int64
+	for _, r := range reqs {
+		prompts = append(prompts, r.Prompt)
+	}
+	full := NewBatch(prompts, make([]int, len(reqs)), nil, 0)
+	a := m.lastLogits(solo, nil, nil)
+	b := m.lastLogits(full, nil, nil)[:m.Config.VocabSize]
+	t.Logf("request 0 logits alone vs batch of %d: max |Δ| = %g", len(reqs), maxAbsDiff(a, b))
+}
+
+// TestSamplingLogProbsMatchScoring compares the log-probs recorded while decoding
+// through the KV cache with LogProbs over (prompt, completion) in one forward pass.
+// Tolerance 1e-4: different reduction orders in float32.
+func TestSamplingLogProbsMatchScoring(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	reqs := testRequests(4)
+	for _, temp := range []float64{1, 0.7} {
+		gen := generate(t, m, reqs, sample.Config{Temperature: temp, MaxNewTokens: 10})
+		var pairs []Pair
+		for i, c := range gen {
+			pairs = append(pairs, Pair{Context: reqs[i].Prompt, Response: c.Tokens})
+		}
+		scored, err := m.LogProbs(pairs, ScoreConfig{Temperature: temp, Chunk: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range gen {
+			if d := maxAbsDiff(gen[i].LogProbs, scored[i].LogProbs); d > 1e-4 {
+				t.Errorf("T=%g request %d: max |Δlogprob| decode vs forward = %g, want <= 1e-4", temp, i, d)
+			}
+		}
+	}
+}
+
+func TestGenerateStopAndLength(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	req := testRequests(1)
+	greedy := sample.Config{MaxNewTokens: 10}
+	free := generate(t, m, req, greedy)[0]
+	if len(free.Tokens) != 10 || free.Finish != FinishLength {
+		t.Fatalf("greedy run: %d tokens, finish %q; want 10, length", len(free.Tokens), free.Finish)
+	}
+	stop := free.Tokens[4:6]
+	// Generation stops right after the first occurrence of the stop sequence.
+	end := 6
+	for k := 2; k <= 6; k++ {
+		if slices.Equal(free.Tokens[k-2:k], stop) {
+			end = k
+			break
+		}
+	}
+	greedy.Stop = [][]int64{{96, 96, 96}, slices.Clone(stop)}
+	got := generate(t, m, req, greedy)[0]
+	if diff := cmp.Diff(free.Tokens[:end], got.Tokens); diff != "" || got.Finish != FinishStop {
+		t.Errorf("with stop %v: finish %q, tokens (-want +got):\n%s", stop, got.Finish, diff)
+	}
+	// The context limit ends generation too: 64 positions, prompt of 60.
+	long := []Request{{Prompt: randomTokens(rand.New(rand.NewPCG(1, 1)), 60, 97)}}
+	got = generate(t, m, long, sample.Config{MaxNewTokens: 10})[0]
+	if len(got.Tokens) != 4 || got.Finish != FinishLength {
+		t.Errorf("prompt 60 of 64 positions: %d tokens, finish %q; want 4, length", len(got.Tokens), got.Finish)
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	cfg := sample.Config{MaxNewTokens: 4}
+	tests := []struct {
+		name string
+		reqs []Request
+		cfg  sample.Config
+		want string
+	}{
+		{"prompt too long", []Request{{Prompt: make([]int64, 64)}}, cfg, "max_position_embeddings 64"},
+		{"token outside vocab", []Request{{Prompt: []int64{1, 97}}}, cfg, "vocab mismatch"},
+		{"empty prompt", []Request{{Prompt: []int64{1}}, {}}, cfg, "request 1: empty prompt"},
+		{"bad sampling", []Request{{Prompt: []int64{1}}}, sample.Config{}, "max_new_tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.Generate(tt.reqs, tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Generate() = %v, want error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLogProbsMatchFullSoftmax checks the chunked selective log-softmax against
+// log-softmax and entropy computed on the host in float64 from full logits (1e-4),
+// for several chunk sizes and token budgets (which change batch composition).
+func TestLogProbsMatchFullSoftmax(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	rng := rand.New(rand.NewPCG(8, 9))
+	var pairs []Pair
+	for range 5 {
+		pairs = append(pairs, Pair{Context: randomTokens(rng, 1+rng.IntN(8), 97), Response: randomTokens(rng, rng.IntN(9), 97)})
+	}
+	var want [][]float64
+	var wantEnt [][]float64
+	for _, p := range pairs {
+		seq := append(slices.Clone(p.Context), p.Response...)
+		logits := fullLogits(m, seq)
+		var lp, ent []float64
+		for j, tok := range p.Response {
+			row := logits[len(p.Context)-1+j]
+			mx := float64(slices.Max(row))
+			s, sl := 0.0, 0.0
+			for _, l := range row {
+				e := math.Exp(float64(l) - mx)
+				s += e
+				sl += e * float64(l)
+			}
+			lse := mx + math.Log(s)
+			lp = append(lp, float64(row[tok])-lse)
+			ent = append(ent, lse-sl/s)
+		}
+		want = append(want, lp)
+		wantEnt = append(wantEnt, ent)
+	}
+	for _, cfg := range []ScoreConfig{{Chunk: 1, Entropy: true}, {Chunk: 5, TokenBudget: 20, Entropy: true}, {Chunk: 1000, TokenBudget: 1}} {
+		base := liveTensors()
+		got, err := m.LogProbs(pairs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := liveTensors(); n != base {
+			t.Errorf("LogProbs(%+v) left %d live tensors, want %d", cfg, n, base)
+		}
+		for i := range pairs {
+			if len(got[i].LogProbs) != len(want[i]) {
+				t.Fatalf("pair %d: %d log-probs, want %d", i, len(got[i].LogProbs), len(want[i]))
+			}
+			for j := range want[i] {
+				if d := math.Abs(float64(got[i].LogProbs[j]) - want[i][j]); d > 1e-4 {
+					t.Errorf("%+v pair %d token %d: logprob %g, want %g", cfg, i, j, got[i].LogProbs[j], want[i][j])
+				}
+				if cfg.Entropy {
+					if d := math.Abs(float64(got[i].Entropy[j]) - wantEnt[i][j]); d > 1e-4 {
+						t.Errorf("%+v pair %d token %d: entropy %g, want %g", cfg, i, j, got[i].Entropy[j], wantEnt[i][j])
+					}
+				} else if got[i].Entropy != nil {
+					t.Errorf("pair %d: entropy returned without Entropy", i)
+				}
+			}
+		}
+	}
+}
+
+func TestLogProbsErrors(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	tests := []struct {
+		name string
+		pair Pair
+		want string
+	}{
+		{"empty context", Pair{Response: []int64{1}}, "pair 0: empty context"},
+		{"too long", Pair{Context: make([]int64, 40), Response: make([]int64, 25)}, "65 tokens exceed max_position_embeddings 64"},
+		{"vocab", Pair{Context: []int64{1}, Response: []int64{-1}}, "response: token -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.LogProbs([]Pair{tt.pair}, ScoreConfig{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("LogProbs() = %v, want error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestNoTensorLeaks runs generation and scoring repeatedly: gotch's count of live
+// tensors must return to its baseline after each call.
+func TestNoTensorLeaks(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	reqs := testRequests(3)
+	base := liveTensors()
+	for i := range 3 {
+		gen := generate(t, m, reqs, sample.Config{Temperature: 1, TopK: 20, MaxNewTokens: 6, Stop: [][]int64{{3}}})
+		if n := liveTensors(); n != base {
+			t.Fatalf("after Generate #%d: %d live tensors, want %d", i, n, base)
+		}
+		lp, ent, err := m.LogProbTensor([]Pair{{Context: reqs[0].Prompt, Response: gen[0].Tokens}}, ScoreConfig{Entropy: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		torch.Drop(lp, ent)
+		if n := liveTensors(); n != base {
+			t.Fatalf("after LogProbTensor #%d: %d live tensors, want %d", i, n, base)
+		}
+	}
+}
+
+// TestGenerateNaN: a model whose logits are NaN fails with an error naming the
+// logit, under greedy and nucleus sampling alike, and frees its tensors.
+func TestGenerateNaN(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	n := m.Norm.Weight.MustSize()[0]
+	nan := make([]float32, n)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	set(t, m.Norm.Weight, nan)
+	base := liveTensors()
+	for _, cfg := range []sample.Config{{MaxNewTokens: 3}, {Temperature: 1, TopP: 0.9, MaxNewTokens: 3}} {
+		_, err := m.Generate(testRequests(3), cfg)
+		if err == nil || !strings.Contains(err.Error(), "is NaN") {
+			t.Errorf("Generate(%+v) with NaN logits = %v, want an error naming the NaN logit", cfg, err)
+		}
+		if got := liveTensors(); got != base {
+			t.Errorf("Generate(%+v) left %d live tensors, want %d", cfg, got, base)
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package qwen2
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/model/torch"
+)
+
+// Pair is one (context, response) sequence to score: log π(response | context).
+type Pair struct {
+	Context  []int64 // at least one token
+	Response []int64
+}
+
+// Tokens widens token ids as datasets and tokenizers hold them (int32) to the model's
+// int64.
+func Tokens(ids []int32) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// ScoreConfig sets how log-probs are computed.
+type ScoreConfig struct {
+	// TokenBudget bounds rows × padded width of one forward pass; a pair longer than
+	// the budget gets a batch of its own. 0 means 8192.
+	TokenBudget int `json:"token_budget"`
+	// Chunk is the number of response positions whose [chunk, vocab] logits exist at
+	// once, so [tokens, vocab] is never materialised. 0 means 256.
+	Chunk int `json:"chunk"`
+	// Temperature divides the logits before the softmax, as verl does when scoring
+	// rollouts sampled at that temperature. 0 means 1.
+	Temperature float64 `json:"temperature"`
+	// Entropy also returns the entropy of each position's distribution.
+	Entropy bool `json:"entropy"`
+}
+
+func (c ScoreConfig) withDefaults() ScoreConfig {
+	if c.TokenBudget <= 0 {
+		c.TokenBudget = 8192
+	}
+	if c.Chunk <= 0 {
+		c.Chunk = 256
+	}
+	if c.Temperature <= 0 {
+		c.Temperature = 1
+	}
+	return c
+}
+
+// Scored holds per-response-token values of one Pair.
+type Scored struct {
+	LogProbs []float32
+	Entropy  []float32 // nil unless ScoreConfig.Entropy
+}
+
+// LogProbs scores pairs without gradients, in batches formed to the token budget
+// (longest first, so padding stays small); results are in input order.
+func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error) {
+	cfg = cfg.withDefaults()
+	for i, p := range pairs {
+		if err := m.checkPair(p); err != nil {
+			return nil, fmt.Errorf("score: pair %d: %w", i, err)
+		}
+	}
+	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer setGrad(setGrad(false))
+	out = make([]Scored, len(pairs))
+	all := make([]int, len(pairs))
+	for i := range all {
+		all[i] = i
+	}
+	length := func(i int) int { return len(pairs[i].Context) + len(pairs[i].Response) }
+	for _, batch := range BudgetBatches(all, length, cfg.TokenBudget) {
+		sub := make([]Pair, len(batch))
+		for j, i := range batch {
+			sub[j] = pairs[i]
+		}
+		lp, ent, err := m.LogProbTensor(sub, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("score: batch of pairs %v: %w", batch, err)
+		}
+		lpv := toHost(lp)
+		var entv []float32
+		if ent != nil {
+			entv = toHost(ent)
+		}
+		torch.Drop(lp, ent)
+		off := 0
+		for _, i := range batch {
+			n := len(pairs[i].Response)
+			out[i].LogProbs = lpv[off : off+n : off+n]
+			if entv != nil {
+				out[i].Entropy = entv[off : off+n : off+n]
+			}
+			off += n
+		}
+	}
+	return out, nil
+}
+
+// BudgetBatches splits idx into batches of at most budget rows × longest length,
+// longest first with ties in idx order; an item longer than the budget gets a batch of
+// its own, and budget 0 keeps idx whole. Log-prob scoring batches pairs with it, and
+// the update forms micro-batches with it: the split changes only how a gradient is
+// accumulated, never its value beyond float rounding.
+func BudgetBatches(idx []int, length func(int) int, budget int) [][]int {
+	order := slices.Clone(idx)
+	if budget <= 0 {
+		return [][]int{order}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return length(b) - length(a) })
+	var out [][]int
+	var cur []int
+	width := 0
+	for _, i := range order {
+		w := max(width, length(i))
+		if len(cur) > 0 && (len(cur)+1)*w > budget {
+			out = append(out, cur)
+			cur, w = nil, length(i)
+		}
+		cur = append(cur, i)
+		width = w
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (m *Model) checkPair(p Pair) error {
+	if len(p.Context) == 0 {
+		return fmt.Errorf("empty context: the first response token needs a token to condition on")
+	}
+	if n := len(p.Context) + len(p.Response); n > m.Config.MaxPositions {
+		return fmt.Errorf("%d tokens exceed max_position_embeddings %d: shorten the sequence", n, m.Config.MaxPositions)
+	}
+	if err := m.Config.checkTokens(p.Context); err != nil {
+		return fmt.Errorf("context: %w", err)
+	}
+	if err := m.Config.checkTokens(p.Response); err != nil {
+		return fmt.Errorf("response: %w", err)
+	}
+	return nil
+}
+
+// LogProbTensor runs one forward over pairs (one right-padded batch, no budget) and
+// returns log π(response token | prefix) for every response token, flattened pair by
+// pair: [Σ len(Response)] float32, and the entropies alike when cfg.Entropy (else
+// nil). Gradients flow when grad mode is on, for the PPO update.
+//
+// Each chunk of positions gathers its target logit and subtracts a float32
+// logsumexp, so only [chunk, vocab] logits exist at a time in the forward pass.
+// With gradients, autograd keeps each chunk's logits for the backward pass, so
+// training memory still grows with tokens × vocab.
+func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
+	cfg = cfg.withDefaults()
+	for i, p := range pairs {
+		if err := m.checkPair(p); err != nil {
+			return nil, nil, fmt.Errorf("pair %d: %w", i, err)
+		}
+	}
+	defer torch.Catch(fmt.Sprintf("log-probs of %d pairs", len(pairs)), &err)
+	seqs := make([][]int64, len(pairs))
+	var at, target []int64 // flat index of the predicting position, and its target
+	for i, p := range pairs {
+		seqs[i] = append(append(make([]int64, 0, len(p.Context)+len(p.Response)), p.Context...), p.Response...)
+	}
+	b := NewBatch(seqs, make([]int, len(pairs)), nil, 0)
+	for i, p := range pairs {
+		for j, tok := range p.Response {
+			at = append(at, int64(i*b.Width+len(p.Context)-1+j))
+			target = append(target, tok)
+		}
+	}
+	n := int64(len(at))
+	if n == 0 || len(pairs) == 0 {
+		lp = empty([]int64{0}, gotch.Float, m.device)
+		if cfg.Entropy {
+			ent = empty([]int64{0}, gotch.Float, m.device)
+		}
+		return lp, ent, nil
+	}
+	ids, pos, bias := m.inputs(b)
+	h := m.hidden(ids, pos, bias, nil, nil)
+	freeAll(ids, pos, bias)
+	idx := rawFromHost(at, []int64{n}, gotch.Int64, m.device)
+	flat := h.reshape(int64(b.Rows*b.Width), -1)
+	sel := flat.indexSelect(0, idx)
+	freeAll(h, flat, idx)
+	defer sel.free()
+	tgt := rawFromHost(target, []int64{n, 1}, gotch.Int64, m.device)
+	defer tgt.free()
+
+	var lps, ents []raw
+	for s := int64(0); s < n; s += int64(cfg.Chunk) {
+		c := min(int64(cfg.Chunk), n-s)
+		hc := sel.narrow(0, s, c)
+		logits := m.logits(hc) // [c, vocab] float32
+		hc.free()
+		if cfg.Temperature != 1 {
+			t := logits.divScalar(cfg.Temperature)
+			logits.free()
+			logits = t
+		}
+		lse := logits.logsumexpLast() // [c]
+		tc := tgt.narrow(0, s, c)
+		g := logits.gather(1, tc)
+		gs := g.squeeze(1)
+		lps = append(lps, gs.sub(lse))
+		freeAll(tc, g, gs)
+		if cfg.Entropy {
+			// H = lse − Σ softmax·logits
+			p := logits.softmaxLastFloat()
+			pl := p.mul(logits)
+			sum := pl.sumLast()
+			ents = append(ents, lse.sub(sum))
+			freeAll(p, pl, sum)
+		}
+		freeAll(lse, logits)
+	}
+	lp = catFree(lps).wrap()
+	if cfg.Entropy {
+		ent = catFree(ents).wrap()
+	}
+	return lp, ent, nil
+}
+
+// catFree concatenates xs (at least one) along dim 0 and frees the parts.
+func catFree(xs []raw) raw {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	defer freeAll(xs...)
+	return rawCat(xs, 0)
+}
+
+// catDrop concatenates xs (at least one) along dim 0 and frees the parts.
+func catDrop(xs []*ts.Tensor) *ts.Tensor {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	out := cat(xs, 0)
+	torch.Drop(xs...)
+	return out
+}

@@ -1,0 +1,87 @@
+package qwen2
+
+import (
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/mempo/mempo/model/torch"
+)
+
+// rope holds the rotary tables for every position up to max_position_embeddings.
+type rope struct {
+	cos *ts.Tensor // [maxPositions, headDim] in the model dtype
+	// sin is the sine table with its first half negated, so that rotate_half(x)·sin
+	// is roll(x, headDim/2)·sin: negating a factor is exact, so the products are
+	// bit for bit HF's [-x₂, x₁]·sin, in one op instead of four.
+	sin *ts.Tensor // [maxPositions, headDim] in the model dtype
+	d   int64      // headDim
+}
+
+// newRope builds the tables with the same float32 ops, in the same order, as HF's
+// Qwen2RotaryEmbedding: inv_freq = 1 / theta^(arange(0, d, 2)/d), freqs =
+// pos ⊗ inv_freq, emb = [freqs, freqs], then cos/sin cast to the model dtype
+// (RoFormer, https://arxiv.org/abs/2104.09864). It runs once per model, so it uses
+// gotch's generated ops despite their per-call slot leak (see ops.go).
+func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
+	d := int64(c.HeadDim())
+	idx := torch.Must(ts.ArangeStartStep(ts.IntScalar(0), ts.IntScalar(d), ts.IntScalar(2), gotch.Int64, gotch.CPU))
+	e := torch.Must(idx.Totype(gotch.Float, true))
+	e = torch.Must(e.DivScalar(ts.FloatScalar(float64(d)), true))
+	p := torch.Must(ts.PowScalar(ts.FloatScalar(c.RopeTheta), e))
+	e.MustDrop()
+	inv := torch.Must(p.Reciprocal(true))
+	pos := torch.Must(ts.Arange(ts.IntScalar(int64(c.MaxPositions)), gotch.Float, gotch.CPU))
+	freqs := torch.Must(pos.Outer(inv, true))
+	inv.MustDrop()
+	emb := torch.Must(ts.Cat([]*ts.Tensor{freqs, freqs}, 1))
+	freqs.MustDrop()
+	cos := torch.Must(emb.Cos(false))
+	sin := torch.Must(emb.Sin(true))
+	cos = torch.Must(torch.Must(cos.Totype(dtype, true)).To(dev, true))
+	sin = torch.Must(torch.Must(sin.Totype(dtype, true)).To(dev, true))
+	defer sin.MustDrop()
+	return &rope{cos: cos, sin: signHalf(sin), d: d}
+}
+
+// signHalf is x: [..., d] with its first d/2 entries of the last dimension negated.
+func signHalf(x *ts.Tensor) *ts.Tensor {
+	r := of(x)
+	s := r.size()
+	d := s[len(s)-1]
+	lo, hi := r.narrow(-1, 0, d/2), r.narrow(-1, d/2, d/2)
+	n := lo.neg()
+	out := rawCat([]raw{n, hi}, -1)
+	lo.free()
+	hi.free()
+	n.free()
+	return out.wrap()
+}
+
+// at gathers the tables at pos: [batch, seq] int64 into cos, sin: [batch, seq, 1,
+// headDim], sin signed as in rope.sin.
+func (r *rope) at(pos raw, b, t int64) (cos, sin raw) {
+	flat := pos.reshape(-1)
+	d := r.d
+	c, s := of(r.cos).indexSelect(0, flat), of(r.sin).indexSelect(0, flat)
+	cos, sin = c.view(b, t, 1, d), s.view(b, t, 1, d)
+	flat.free()
+	c.free()
+	s.free()
+	return cos, sin
+}
+
+// rotate applies the rotation to x: [batch, seq, heads, headDim] with Qwen2's
+// rotate_half convention, x·cos + [-x₂, x₁]·sin where x₁, x₂ are the two halves of
+// the last dimension (not interleaved pairs); cos, sin: [batch, seq, 1, headDim]
+// from at. Same ops on the same values as HF's apply_rotary_pos_emb.
+func rotate(x, cos, sin raw, p *pass) raw {
+	d := p.headDim
+	out := x.mul(cos)
+	rh := x.roll(d / 2)
+	rh = p.mul(rh, sin)
+	out.add_(rh)
+	rh.free()
+	return out
+}
+
+func (r *rope) drop() { torch.Drop(r.cos, r.sin) }

@@ -1,0 +1,85 @@
+package train
+
+import (
+	"math"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// liveTensors counts tensors gotch has created and not yet freed.
+func liveTensors() int { return len(ts.ExistingTensors) }
+
+// checkLeaks fails t unless the live tensor count is back at base when t ends.
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	base := liveTensors()
+	t.Cleanup(func() {
+		if got := liveTensors(); got != base {
+			t.Errorf("live tensors = %d, want %d: %d leaked", got, base, got-base)
+		}
+	})
+}
+
+// tensorOf builds a tensor of the given shape and dtype from row-major data.
+func tensorOf(t *testing.T, data []float64, shape []int64, dt gotch.DType) *ts.Tensor {
+	t.Helper()
+	x, err := ts.OfSlice(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := x.View(shape, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt == gotch.Double {
+		return v
+	}
+	y, err := v.Totype(dt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+// padded lays sequences out as a right-padded [len(seqs), width] batch, filling the
+// padding with pad, and returns it with the 0/1 mask.
+func padded(seqs [][]float64, width int, pad float64) (data, mask []float64) {
+	for _, s := range seqs {
+		for j := 0; j < width; j++ {
+			if j < len(s) {
+				data = append(data, s[j])
+				mask = append(mask, 1)
+			} else {
+				data = append(data, pad)
+				mask = append(mask, 0)
+			}
+		}
+	}
+	return data, mask
+}
+
+// round32 rounds every value to float32, so a float32 tensor and the float64 reference
+// see the same inputs.
+func round32(seqs [][]float64) [][]float64 {
+	out := make([][]float64, len(seqs))
+	for i, s := range seqs {
+		for _, x := range s {
+			out[i] = append(out[i], float64(float32(x)))
+		}
+	}
+	return out
+}
+
+func near(got, want, tol float64) bool {
+	return math.Abs(got-want) <= tol*math.Max(1, math.Abs(want))
+}
+
+func lengths(seqs [][]float64) []int {
+	n := make([]int, len(seqs))
+	for i, s := range seqs {
+		n[i] = len(s)
+	}
+	return n
+}

@@ -1,0 +1,147 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train/ppo"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Objective is the PPO training loss of DESIGN.md §7:
+//
+//	loss = pg_loss + KLCoef·kl − EntropyCoef·entropy
+//
+// each term aggregated under Agg with the mini-batch's divisor.
+type Objective struct {
+	Clip Clip `json:"clip"`
+	// KL is the estimator of the penalty to the reference; unused when KLCoef is 0.
+	KL     KL      `json:"kl"`
+	KLCoef float64 `json:"kl_coef"`
+	// EntropyCoef weighs the entropy bonus; 0 (the default) skips the entropy, which
+	// needs the full logits.
+	EntropyCoef float64 `json:"entropy_coef"`
+	Agg         Agg     `json:"loss_agg_mode"`
+}
+
+// DefaultObjective is verl's and the paper's setting: ε = 0.2, c = 3, k3 with β = 0.001,
+// no entropy bonus, token-mean.
+var DefaultObjective = Objective{
+	Clip:   ppo.DefaultClip,
+	KL:     ppo.KLK3,
+	KLCoef: 0.001,
+	Agg:    ppo.AggTokenMean,
+}
+
+// Micro is one micro-batch of response tokens, every tensor [batch, resp_len] but Logits.
+type Micro struct {
+	Logp    *ts.Tensor // current policy, carrying the gradient
+	OldLogp *ts.Tensor // rollout policy
+	RefLogp *ts.Tensor // frozen reference; needed when KLCoef != 0
+	Adv     *ts.Tensor
+	Mask    *ts.Tensor // 0/1, right-padded
+	Logits  *ts.Tensor // [batch, resp_len, vocab]; needed when EntropyCoef != 0
+}
+
+// Stats are the metrics of a micro-batch (merged: of a mini-batch). KL, Entropy and
+// Total are shares of the mini-batch value, like PolicyStats.Loss.
+type Stats struct {
+	PolicyStats
+	KL      float64 `json:"kl"`
+	Entropy float64 `json:"entropy"`
+	Total   float64 `json:"loss"`
+}
+
+// Merge combines the stats of two micro-batches of one mini-batch.
+func (s Stats) Merge(o Stats) Stats {
+	return Stats{
+		PolicyStats: s.PolicyStats.Merge(o.PolicyStats),
+		KL:          s.KL + o.KL,
+		Entropy:     s.Entropy + o.Entropy,
+		Total:       s.Total + o.Total,
+	}
+}
+
+// Validate checks the objective's settings.
+func (o Objective) Validate() error {
+	if err := checkClip(o.Clip); err != nil {
+		return fmt.Errorf("objective: %w", err)
+	}
+	if err := checkAgg(o.Agg, 1); err != nil {
+		return fmt.Errorf("objective: %w", err)
+	}
+	if o.KLCoef < 0 || math.IsNaN(o.KLCoef) || math.IsInf(o.KLCoef, 0) {
+		return fmt.Errorf("objective: kl coefficient %v, want >= 0: %w", o.KLCoef, ErrConfig)
+	}
+	if o.KLCoef != 0 {
+		if err := checkKL(o.KL); err != nil {
+			return fmt.Errorf("objective: %w", err)
+		}
+	}
+	if o.EntropyCoef < 0 || math.IsNaN(o.EntropyCoef) || math.IsInf(o.EntropyCoef, 0) {
+		return fmt.Errorf("objective: entropy coefficient %v, want >= 0: %w", o.EntropyCoef, ErrConfig)
+	}
+	return nil
+}
+
+// Loss is the micro-batch's share of the mini-batch loss, a 0-dim tensor the caller
+// backpropagates and drops, with the micro-batch's metrics. divisor comes from Divisor
+// over the whole mini-batch; calling Loss and Backward on every micro-batch accumulates
+// the gradient of the whole mini-batch.
+func (o Objective) Loss(mb Micro, divisor float64) (*ts.Tensor, Stats, error) {
+	if err := o.Validate(); err != nil {
+		return nil, Stats{}, err
+	}
+	if mb.Logp == nil || mb.OldLogp == nil || mb.Adv == nil || mb.Mask == nil {
+		return nil, Stats{}, fmt.Errorf("objective: micro-batch lacks logp, old logp, advantages or mask: %w", ErrInput)
+	}
+	if o.KLCoef != 0 && mb.RefLogp == nil {
+		return nil, Stats{}, fmt.Errorf("objective: kl coefficient %v needs reference log-probs: %w", o.KLCoef, ErrInput)
+	}
+	if o.EntropyCoef != 0 && mb.Logits == nil {
+		return nil, Stats{}, fmt.Errorf("objective: entropy coefficient %v needs logits: %w", o.EntropyCoef, ErrInput)
+	}
+
+	pg, ps, err := PolicyLoss(mb.Logp, mb.OldLogp, mb.Adv, mb.Mask, o.Clip, o.Agg, divisor)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	st := Stats{PolicyStats: ps}
+	total := pg
+	if o.KLCoef != 0 {
+		kl, v, err := KLPenalty(mb.Logp, mb.RefLogp, mb.Mask, o.KL, o.Agg, divisor)
+		if err != nil {
+			total.MustDrop()
+			return nil, Stats{}, err
+		}
+		st.KL = v
+		total, err = addScaled(total, kl, o.KLCoef)
+		if err != nil {
+			return nil, Stats{}, err
+		}
+	}
+	if o.EntropyCoef != 0 {
+		h, v, err := Entropy(mb.Logits, mb.Mask, o.Agg, divisor)
+		if err != nil {
+			total.MustDrop()
+			return nil, Stats{}, err
+		}
+		st.Entropy = v
+		total, err = addScaled(total, h, -o.EntropyCoef)
+		if err != nil {
+			return nil, Stats{}, err
+		}
+	}
+	st.Total = st.Loss + o.KLCoef*st.KL - o.EntropyCoef*st.Entropy
+	return total, st, nil
+}
+
+// addScaled is acc + k·x; it drops acc and x.
+func addScaled(acc, x *ts.Tensor, k float64) (out *ts.Tensor, err error) {
+	defer torch.Drop(acc, x)
+	defer torch.Catch("objective", &err)
+	kx := torch.Must(x.MulScalar(scalar(k), false))
+	defer kx.MustDrop()
+	return torch.Must(acc.Add(kx, false)), nil
+}
