@@ -49,7 +49,7 @@ func TestPolicyLossMatchesReference(t *testing.T) {
 				if dt.dt == gotch.Float {
 					lp, old, adv = round32(lp), round32(old), round32(adv)
 				}
-				want, err := ppo.Policy(adv, lp, old, ppo.DefaultClip, mode)
+				want, err := ppo.BatchPolicyLoss(adv, lp, old, ppo.DefaultClip, mode)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,29 +5,29 @@ import (
 	"fmt"
 )
 
-// ErrPolicy is the class of an unknown --context value.
-var ErrPolicy = errors.New("unknown context policy")
+// ErrContextPolicy is the class of an unknown --context value.
+var ErrContextPolicy = errors.New("unknown context policy")
 
-// Policy decides which earlier tokens the policy model sees at turn t (DESIGN.md §6).
-type Policy string
+// ContextPolicy decides which earlier tokens the policy model sees at turn t (DESIGN.md §6).
+type ContextPolicy string
 
 const (
 	// Mempo keeps the prompt, the previous turn's memory block and action, and the latest
 	// observation; everything older is dropped.
-	Mempo Policy = "mempo"
+	Mempo ContextPolicy = "mempo"
 	// Mem1 keeps the prompt, the whole previous response and the latest observation.
-	Mem1 Policy = "mem1"
+	Mem1 ContextPolicy = "mem1"
 	// Full keeps everything (ReAct-style baseline).
-	Full Policy = "full"
+	Full ContextPolicy = "full"
 )
 
-// ParsePolicy checks a --context value.
-func ParsePolicy(s string) (Policy, error) {
-	switch p := Policy(s); p {
+// ParseContextPolicy checks a --context value.
+func ParseContextPolicy(s string) (ContextPolicy, error) {
+	switch p := ContextPolicy(s); p {
 	case Mempo, Mem1, Full:
 		return p, nil
 	}
-	return "", fmt.Errorf("--context %q: want mempo, mem1 or full: %w", s, ErrPolicy)
+	return "", fmt.Errorf("--context %q: want mempo, mem1 or full: %w", s, ErrContextPolicy)
 }
 
 // Source says where a segment's tokens come from.
@@ -77,7 +77,7 @@ func (c Context) Len() int {
 // build returns the context for turn t from the prompt and the records of turns < t.
 // Observation ids are nil only for the final turn of a finished episode, which no later
 // context includes.
-func build(policy Policy, prompt []int32, recs []Record, t int) Context {
+func build(policy ContextPolicy, prompt []int32, recs []Record, t int) Context {
 	ctx := Context{{Source: FromPrompt, Turn: -1, IDs: prompt}}
 	if t == 0 {
 		return ctx

@@ -22,7 +22,7 @@ type Tokenizer interface {
 // Config is the episode configuration that goes into a rollout's cache key.
 type Config struct {
 	// Context is the context policy: mempo, mem1 or full.
-	Context Policy `json:"context"`
+	Context ContextPolicy `json:"context"`
 	// MaxTurns bounds the turns of an episode (DESIGN.md §6 default 16).
 	MaxTurns int `json:"max_turns"`
 }
@@ -32,7 +32,7 @@ func DefaultConfig() Config { return Config{Context: Mempo, MaxTurns: 16} }
 
 // Validate checks the fields.
 func (c Config) Validate() error {
-	if _, err := ParsePolicy(string(c.Context)); err != nil {
+	if _, err := ParseContextPolicy(string(c.Context)); err != nil {
 		return err
 	}
 	if c.MaxTurns < 1 {

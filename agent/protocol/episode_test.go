@@ -63,7 +63,7 @@ func searchStep(m, q string) step {
 
 // want builds the expected context of turn t from text alone (the test tokenizer is
 // context-free, so text pieces encode to the exact generated sub-slices).
-func want(tok byteTok, policy Policy, prompt string, steps []step, t int) []int32 {
+func want(tok byteTok, policy ContextPolicy, prompt string, steps []step, t int) []int32 {
 	ids := tok.Encode(prompt)
 	switch {
 	case t == 0:
@@ -100,7 +100,7 @@ func TestEpisodeContexts(t *testing.T) {
 	}
 	maxTurns[1].obs += lastNote // the observation before the last turn carries the instruction
 
-	for _, policy := range []Policy{Mempo, Mem1, Full} {
+	for _, policy := range []ContextPolicy{Mempo, Mem1, Full} {
 		t.Run(string(policy), func(t *testing.T) {
 			tok := tagTok(p)
 			cfg := Config{Context: policy, MaxTurns: 3}
@@ -185,8 +185,8 @@ func TestEpisodeContexts(t *testing.T) {
 func TestMempoContextStaysFlat(t *testing.T) {
 	p := Default()
 	tok := tagTok(p)
-	pts := map[Policy]int{}
-	for _, policy := range []Policy{Mempo, Full} {
+	pts := map[ContextPolicy]int{}
+	for _, policy := range []ContextPolicy{Mempo, Full} {
 		e, err := NewEpisode(p, tok, Config{Context: policy, MaxTurns: 16}, "q", 1)
 		if err != nil {
 			t.Fatal(err)

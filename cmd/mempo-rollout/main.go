@@ -54,7 +54,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	policy, err := protocol.ParsePolicy(c.String(contextFlag.Name))
+	policy, err := protocol.ParseContextPolicy(c.String(contextFlag.Name))
 	if err != nil {
 		return app.Usage(err)
 	}

@@ -86,7 +86,7 @@ Report files:
 
 type evalPolicy struct {
 	name, dir string
-	context   protocol.Policy
+	context   protocol.ContextPolicy
 }
 
 func parsePolicies(specs []string) ([]evalPolicy, error) {
@@ -98,7 +98,7 @@ func parsePolicies(specs []string) ([]evalPolicy, error) {
 		}
 		p := evalPolicy{name: name, dir: rest, context: protocol.Mempo}
 		if dir, ctx, ok := strings.Cut(rest, "@"); ok {
-			c, err := protocol.ParsePolicy(ctx)
+			c, err := protocol.ParseContextPolicy(ctx)
 			if err != nil {
 				return nil, app.Usage(fmt.Errorf("--policy %q: %w", s, err))
 			}

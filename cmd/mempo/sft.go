@@ -66,7 +66,7 @@ func runSFT(c *cli.Context) error {
 		return app.Usage(fmt.Errorf("array job index %s: sft is one training process and takes no part of a shard plan", spec.Part))
 	}
 	cfg := sftDefault
-	if cfg.Context, err = protocol.ParsePolicy(c.String(sftContextFlag.Name)); err != nil {
+	if cfg.Context, err = protocol.ParseContextPolicy(c.String(sftContextFlag.Name)); err != nil {
 		return app.Usage(err)
 	}
 	cfg.MaxTurns, cfg.RetrievalTopK = c.Int(sftTurnsFlag.Name), c.Int(sftTopKFlag.Name)

@@ -28,7 +28,7 @@ import (
 func TestRolloutsFeedMemoryPass(t *testing.T) {
 	f := testFixture(t)
 	dir := t.TempDir()
-	rollouts := func(name string, ctx protocol.Policy) string {
+	rollouts := func(name string, ctx protocol.ContextPolicy) string {
 		cfg := DefaultConfig()
 		cfg.N, cfg.MaxTurns, cfg.PromptsPerShard, cfg.Context = 2, 6, 4, ctx
 		out := filepath.Join(dir, name)

@@ -22,7 +22,7 @@ type Config struct {
 	// N is the number of trajectories sampled per prompt (the GRPO group size).
 	N int `json:"n"`
 	// Context is the context policy: mempo, mem1 or full (DESIGN.md §6).
-	Context protocol.Policy `json:"context"`
+	Context protocol.ContextPolicy `json:"context"`
 	// MaxTurns bounds the turns of a trajectory; the last one is told to answer.
 	MaxTurns int `json:"max_turns"`
 	// Sampling of each turn's response.

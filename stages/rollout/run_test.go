@@ -225,8 +225,8 @@ func TestRunBadInputs(t *testing.T) {
 // the same actions, so only the context rule differs.
 func TestContextPeakTokens(t *testing.T) {
 	f := testFixture(t)
-	pt := map[protocol.Policy]map[int]float64{}
-	for _, policy := range []protocol.Policy{protocol.Mempo, protocol.Full} {
+	pt := map[protocol.ContextPolicy]map[int]float64{}
+	for _, policy := range []protocol.ContextPolicy{protocol.Mempo, protocol.Full} {
 		pt[policy] = map[int]float64{}
 		for _, k := range []int{2, 4, 6} {
 			cfg := DefaultConfig()

@@ -44,7 +44,7 @@ const (
 type Config struct {
 	// Context and MaxTurns are the episode settings the rollouts will use; the oracle
 	// plays within MaxTurns and its contexts are built by Context.
-	Context  protocol.Policy `json:"context"`
+	Context  protocol.ContextPolicy `json:"context"`
 	MaxTurns int             `json:"max_turns"`
 	// Protocol is the turn format; nil is protocol.Default().
 	Protocol *protocol.Protocol `json:"protocol,omitempty"`
@@ -90,7 +90,7 @@ func DefaultConfig() Config {
 
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {
-	if _, err := protocol.ParsePolicy(string(c.Context)); err != nil {
+	if _, err := protocol.ParseContextPolicy(string(c.Context)); err != nil {
 		return fmt.Errorf("%v: %w", err, ErrConfig)
 	}
 	if err := c.AdamW.Validate(); err != nil {

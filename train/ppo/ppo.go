@@ -180,10 +180,10 @@ type PolicyStats struct {
 	PPOKL       float64 `json:"ppo_kl"`
 }
 
-// Policy computes the aggregated policy loss and its metrics over a mini-batch; adv, logp and
+// BatchPolicyLoss computes the aggregated policy loss and its metrics over a mini-batch; adv, logp and
 // logpOld hold one slice per sequence, of equal lengths. The fractions and ppo_kl are token
 // means whatever mode is, as in verl.
-func Policy(adv, logp, logpOld [][]float64, c Clip, mode Agg) (PolicyStats, error) {
+func BatchPolicyLoss(adv, logp, logpOld [][]float64, c Clip, mode Agg) (PolicyStats, error) {
 	if len(logp) != len(adv) || len(logpOld) != len(adv) {
 		return PolicyStats{}, fmt.Errorf("policy loss: %d/%d/%d sequences of adv/logp/old, want equal: %w",
 			len(adv), len(logp), len(logpOld), ErrInput)

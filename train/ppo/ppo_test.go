@@ -180,7 +180,7 @@ func TestPolicy(t *testing.T) {
 	adv := [][]float64{{1, 1}, {-1}}
 	logp := [][]float64{{math.Log(1.5), -0.3}, {math.Log(5)}}
 	old := [][]float64{{0, -0.3}, {0}}
-	got, err := Policy(adv, logp, old, DefaultClip, AggTokenMean)
+	got, err := BatchPolicyLoss(adv, logp, old, DefaultClip, AggTokenMean)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,14 +200,14 @@ func TestPolicy(t *testing.T) {
 		}
 	}
 	// seq-mean-token-mean: ((−1.2 − 1)/2 + 3)/2.
-	got, err = Policy(adv, logp, old, DefaultClip, AggSeqMeanTokenMean)
+	got, err = BatchPolicyLoss(adv, logp, old, DefaultClip, AggSeqMeanTokenMean)
 	if err != nil || math.Abs(got.Loss-(-1.1+3)/2) > ppoTol || math.Abs(got.ClipFrac-1.0/3) > ppoTol {
 		t.Errorf("Policy(seq-mean-token-mean) = %+v, %v, want loss %v clipfrac 1/3", got, err, (-1.1+3)/2)
 	}
-	if _, err := Policy(adv, logp[:1], old, DefaultClip, AggTokenMean); !errors.Is(err, ErrInput) {
+	if _, err := BatchPolicyLoss(adv, logp[:1], old, DefaultClip, AggTokenMean); !errors.Is(err, ErrInput) {
 		t.Errorf("Policy(ragged) error = %v, want ErrInput", err)
 	}
-	if _, err := Policy(adv, [][]float64{{0}, {0}}, old, DefaultClip, AggTokenMean); !errors.Is(err, ErrInput) {
+	if _, err := BatchPolicyLoss(adv, [][]float64{{0}, {0}}, old, DefaultClip, AggTokenMean); !errors.Is(err, ErrInput) {
 		t.Errorf("Policy(short sequence) error = %v, want ErrInput", err)
 	}
 }
