@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // ManifestName is the file that commits a dataset directory. A directory is a dataset
@@ -124,48 +126,5 @@ func WriteManifest(dir string, m *Manifest) error {
 	if err != nil {
 		return fmt.Errorf("write manifest %s: %w", dir, err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, ManifestName), append(b, '\n'))
-}
-
-// WriteFileAtomic writes data to path via a temp file in the same directory, fsyncs the
-// file, renames it into place and fsyncs the directory.
-func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	// CreateTemp makes 0600 files; datasets are meant to be read by other users and tools.
-	err = f.Chmod(0o644)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return Sync(dir)
-}
-
-// Sync fsyncs a file, or a directory so that renames inside it are durable.
-func Sync(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return renameio.WriteFile(filepath.Join(dir, ManifestName), append(b, '\n'))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // compute runs the shards not yet recorded in the key's temp dir, then publishes it.
@@ -190,11 +191,11 @@ func (r *runner) writeManifest(dir string, m *format.Manifest) error {
 	return r.spec.writeFile(filepath.Join(dir, format.ManifestName), append(b, '\n'))
 }
 
-// publish renames the finished temp dir over target (format.PublishDir: a kill between
+// publish renames the finished temp dir over target (renameio.PublishDir: a kill between
 // its two renames leaves the complete temp dir, which the rerun publishes without
 // recomputing), then drops the completion records resume no longer needs.
 func (r *runner) publish(tmp, target string, key Key) error {
-	if err := format.PublishDir(tmp, target, target+".old-"+key.Short(), r.log); err != nil {
+	if err := renameio.PublishDir(tmp, target, target+".old-"+key.Short(), r.log); err != nil {
 		return err
 	}
 	r.trace(StepPublished, -1)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -17,16 +16,6 @@ type lockInfo struct {
 	PID  int       `json:"pid"`
 	Host string    `json:"host"`
 	Time time.Time `json:"time"`
-}
-
-// processAlive reports whether pid runs on this host. EPERM means it exists but belongs
-// to another user, which still makes its lock live.
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // lock takes path as self's lock and returns the function that releases it. The file is

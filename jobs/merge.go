@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // merge builds Out from the Merge parts under Out/parts/. Each part must be committed
@@ -52,7 +53,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 	if err := os.Remove(filepath.Join(dir, format.ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail(err)
 	}
-	if err := format.Sync(dir); err != nil {
+	if err := renameio.Sync(dir); err != nil {
 		return fail(err)
 	}
 	m := r.manifest(key, nil, start)
@@ -65,7 +66,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 		m.Outputs = append(m.Outputs, o)
 	}
 	r.removeStaleShards(dir, len(srcs))
-	if err := format.Sync(dir); err != nil {
+	if err := renameio.Sync(dir); err != nil {
 		return fail(err)
 	}
 	mergeMetrics(m, parts, r.now().Sub(start).Seconds())

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // Error classes, matched with errors.Is. Messages put the output, file or flag first.
@@ -198,10 +199,10 @@ func newRunner(spec Spec) (*runner, error) {
 		}
 	}
 	if r.spec.writeFile == nil {
-		r.spec.writeFile = format.WriteFileAtomic
+		r.spec.writeFile = renameio.WriteFile
 	}
 	if r.spec.alive == nil {
-		r.spec.alive = processAlive
+		r.spec.alive = renameio.ProcessAlive
 	}
 	if r.spec.Inputs == nil {
 		r.spec.Inputs = []format.Input{}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // testSpec is a small spec whose shards testWork computes.
@@ -277,13 +278,13 @@ func TestRunDiskFullPublishesNothing(t *testing.T) {
 			if strings.Contains(path, "part-00002") {
 				return enospc
 			}
-			return format.WriteFileAtomic(path, b)
+			return renameio.WriteFile(path, b)
 		}},
 		{"manifest", func(fn WorkFunc) WorkFunc { return fn }, func(path string, b []byte) error {
 			if filepath.Base(path) == format.ManifestName {
 				return enospc
 			}
-			return format.WriteFileAtomic(path, b)
+			return renameio.WriteFile(path, b)
 		}},
 	}
 	for _, tt := range tests {
@@ -352,7 +353,7 @@ func TestRunLocked(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			release, err := lock(out+".lock", tt.info, processAlive, slog.New(slog.DiscardHandler))
+			release, err := lock(out+".lock", tt.info, renameio.ProcessAlive, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,7 +376,7 @@ func TestRunTakesOverStaleLock(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	host, _ := os.Hostname()
 	stale := lockInfo{PID: 4242, Host: host, Time: time.Now()}
-	if _, err := lock(out+".lock", stale, processAlive, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := lock(out+".lock", stale, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer

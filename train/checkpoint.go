@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -155,7 +156,7 @@ func WriteJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return format.WriteFileAtomic(path, append(b, '\n'))
+	return renameio.WriteFile(path, append(b, '\n'))
 }
 
 // CopyFile copies src to dst atomically (a checkpoint's tokenizer.json from its input).
@@ -164,7 +165,7 @@ func CopyFile(dst, src string) error {
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", src, err)
 	}
-	return format.WriteFileAtomic(dst, b)
+	return renameio.WriteFile(dst, b)
 }
 
 // CacheKey keys a checkpoint of stage (sft, update) by what it depends on, with the
@@ -287,7 +288,7 @@ func (a *Artifact) Publish(c Commit) error {
 		if rel == CommitFile || rel == MetricsFile || strings.HasPrefix(d.Name(), ".") {
 			return nil
 		}
-		if err := format.Sync(path); err != nil {
+		if err := renameio.Sync(path); err != nil {
 			return err
 		}
 		sum, n, err := format.Checksum(path)
@@ -304,7 +305,7 @@ func (a *Artifact) Publish(c Commit) error {
 	if err := WriteJSON(filepath.Join(a.Tmp, CommitFile), c); err != nil {
 		return fmt.Errorf("commit %s: %w", a.Out, err)
 	}
-	if err := format.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log); err != nil {
+	if err := renameio.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

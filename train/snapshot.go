@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
@@ -46,7 +46,7 @@ func (a *Artifact) SaveSnapshot(step int, m *qwen2.Model, o *AdamW, cursor any) 
 	if err := WriteJSON(filepath.Join(dir, CursorFile), cursor); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := format.Sync(dir); err != nil {
+	if err := renameio.Sync(dir); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	if err := WriteJSON(filepath.Join(a.Tmp, resumeDir, latestFile), latest{Step: step}); err != nil {

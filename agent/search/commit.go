@@ -1,17 +1,14 @@
 package search
 
 import (
-	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
-	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // The index is built in "<dir>.tmp-<pid>" beside its target and renamed into place
@@ -35,42 +32,23 @@ func syncTree(root string) error {
 			dirs = append(dirs, path)
 			return nil
 		}
-		return format.Sync(path)
+		return renameio.Sync(path)
 	})
 	if err != nil {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := format.Sync(dirs[i]); err != nil {
+		if err := renameio.Sync(dirs[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeFileSync writes data to path and fsyncs it.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// publish renames the complete directory tmp to dir (format.PublishDir), moving an
+// publish renames the complete directory tmp to dir (renameio.PublishDir), moving an
 // existing index aside under this process's name.
 func publish(tmp, dir string, log *slog.Logger) error {
-	return format.PublishDir(tmp, dir, dir+oldInfix+strconv.Itoa(os.Getpid()), log)
+	return renameio.PublishDir(tmp, dir, dir+oldInfix+strconv.Itoa(os.Getpid()), log)
 }
 
 // removeStale deletes scratch directories of earlier builds of dir whose process
@@ -80,7 +58,7 @@ func removeStale(dir string, log *slog.Logger) {
 		matches, _ := filepath.Glob(globEscape(dir) + infix + "*")
 		for _, m := range matches {
 			pid, err := strconv.Atoi(strings.TrimPrefix(m, dir+infix))
-			if err != nil || pid == os.Getpid() || processAlive(pid) {
+			if err != nil || pid == os.Getpid() || renameio.ProcessAlive(pid) {
 				continue
 			}
 			if err := os.RemoveAll(m); err != nil {
@@ -90,14 +68,6 @@ func removeStale(dir string, log *slog.Logger) {
 			log.Info("removed scratch directory of an interrupted build", "dir", m)
 		}
 	}
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // globEscape quotes the glob metacharacters of a literal path.

@@ -22,8 +22,7 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/tokenizer/unicode"
 	"github.com/blevesearch/bleve/v2/mapping"
 	index "github.com/blevesearch/bleve_index_api"
-
-	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // IndexFormat versions the index layout and its analysis. Changing the analyzer,
@@ -213,10 +212,10 @@ func Build(ctx context.Context, cfg IndexConfig, opts BuildOptions) (m Meta, cac
 	if err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
-	if err := writeFileSync(filepath.Join(tmp, metaName), append(b, '\n')); err != nil {
+	if err := renameio.WriteFile(filepath.Join(tmp, metaName), append(b, '\n')); err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
-	if err := format.Sync(tmp); err != nil {
+	if err := renameio.Sync(tmp); err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
 	if err := publish(tmp, dir, log); err != nil {

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // file is a parsed tokenizer.json. The sections this package only checks or ignores are
@@ -204,33 +205,8 @@ func (t *Tokenizer) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("bpe: save %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tokenizer-*.json")
-	if err != nil {
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	// CreateTemp makes the file 0600; a tokenizer.json is a shared artifact.
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("bpe: save %s: %w", path, err)
-	}
-	if dir, err := os.Open(filepath.Dir(path)); err == nil {
-		dir.Sync() // the rename is durable once the directory is synced; best effort
-		dir.Close()
+	if err := renameio.WriteFile(path, data); err != nil {
+		return fmt.Errorf("bpe: save: %w", err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
@@ -315,12 +316,12 @@ func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, ConfigFile), data); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, ConfigFile), data); err != nil {
 		return err
 	}
 	gen, err := encodeJSON(generationConfig{BOSTokenID: cfg.BOSTokenID, EOSTokenID: cfg.EOSTokenID})
 	if err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, GenerationConfigFile), gen)
+	return renameio.WriteFile(filepath.Join(dir, GenerationConfigFile), gen)
 }

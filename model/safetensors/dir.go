@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // File names of the Hugging Face checkpoint layout.
@@ -215,7 +217,7 @@ func WriteDir(dir string, tensors []Tensor, maxShardBytes int64) ([]string, erro
 		return nil, fmt.Errorf("write %s: %w", IndexFile, err)
 	}
 	path := filepath.Join(dir, IndexFile)
-	if err := writeAtomic(path, func(w io.Writer) error {
+	if err := renameio.Write(path, func(w io.Writer) error {
 		_, err := w.Write(append(data, '\n'))
 		return err
 	}); err != nil {

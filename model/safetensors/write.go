@@ -1,15 +1,14 @@
 package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // Tensor is one entry to write. WriteData is called exactly once, when the writer
@@ -173,38 +172,5 @@ func Encode(w io.Writer, tensors []Tensor, meta map[string]string) error {
 // WriteFile writes a safetensors file atomically: into a temporary file beside path,
 // synced, then renamed over path.
 func WriteFile(path string, tensors []Tensor, meta map[string]string) error {
-	return writeAtomic(path, func(w io.Writer) error { return Encode(w, tensors, meta) })
-}
-
-// writeAtomic writes path through fill via a synced temporary file and a rename, so a
-// crash never leaves a truncated file under the final name.
-func writeAtomic(path string, fill func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := fill(bw); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
-	}
-	return nil
+	return renameio.Write(path, func(w io.Writer) error { return Encode(w, tensors, meta) })
 }

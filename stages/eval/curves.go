@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // Curves are a training run's figures per RL iteration.
@@ -187,7 +188,7 @@ func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
 	if err := PlotPNG(filepath.Join(dir, "kl_vs_iter.png"), "KL to the reference per RL iteration"+band, "iteration", "KL", kl); err != nil {
 		return nil, err
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, "curves.csv"), []byte(b.String())); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, "curves.csv"), []byte(b.String())); err != nil {
 		return nil, err
 	}
 	return []string{"reward_vs_iter.png", "kl_vs_iter.png", "curves.csv"}, nil

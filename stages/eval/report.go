@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // reportPlots are the figures WriteReport draws against K.
@@ -36,10 +36,10 @@ func WriteReport(dir string, r *Report) ([]string, error) {
 		return nil, err
 	}
 	files := []string{"results.md", "results.csv"}
-	if err := format.WriteFileAtomic(filepath.Join(dir, files[0]), []byte(md.String())); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, files[0]), []byte(md.String())); err != nil {
 		return nil, err
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, files[1]), []byte(csv.String())); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, files[1]), []byte(csv.String())); err != nil {
 		return nil, err
 	}
 	for _, p := range reportPlots {

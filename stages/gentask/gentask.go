@@ -15,6 +15,7 @@ import (
 
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 )
 
@@ -189,5 +190,5 @@ func writeIfChanged(path string, data []byte) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	return format.WriteFileAtomic(path, data)
+	return renameio.WriteFile(path, data)
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
@@ -340,7 +341,7 @@ func commit(tmp, out string, rec Record, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := format.WriteFileAtomic(filepath.Join(tmp, RecordFile), append(b, '\n')); err != nil {
+	if err := renameio.WriteFile(filepath.Join(tmp, RecordFile), append(b, '\n')); err != nil {
 		return err
 	}
 	entries, err := os.ReadDir(tmp)
@@ -354,14 +355,14 @@ func commit(tmp, out string, rec Record, log *slog.Logger) error {
 		if err := os.Chmod(path, 0o644); err != nil {
 			return err
 		}
-		if err := format.Sync(path); err != nil {
+		if err := renameio.Sync(path); err != nil {
 			return err
 		}
 	}
-	if err := format.Sync(tmp); err != nil {
+	if err := renameio.Sync(tmp); err != nil {
 		return err
 	}
-	if err := format.PublishDir(tmp, out, out+".old-"+strconv.Itoa(os.Getpid()), log); err != nil {
+	if err := renameio.PublishDir(tmp, out, out+".old-"+strconv.Itoa(os.Getpid()), log); err != nil {
 		return err
 	}
 	return nil

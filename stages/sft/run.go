@@ -14,6 +14,7 @@ import (
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
@@ -329,14 +330,14 @@ func writeCheckpoint(dir string, m *qwen2.Model, adam *train.AdamW, policy strin
 			return err
 		}
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, train.MetricsFile), lines.Bytes()); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, train.MetricsFile), lines.Bytes()); err != nil {
 		return err
 	}
 	var oracle bytes.Buffer
 	if err := task.WriteJSONL(&oracle, trajs); err != nil {
 		return err
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, OracleFile), oracle.Bytes()); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, OracleFile), oracle.Bytes()); err != nil {
 		return err
 	}
 	return train.WriteJSON(filepath.Join(dir, train.TrainerStateFile), st)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/train"
@@ -328,7 +329,7 @@ func writeCheckpoint(dir string, m *qwen2.Model, adam *train.AdamW, policy strin
 		}
 		lines = append(append(lines, b...), '\n')
 	}
-	if err := format.WriteFileAtomic(filepath.Join(dir, train.MetricsFile), lines); err != nil {
+	if err := renameio.WriteFile(filepath.Join(dir, train.MetricsFile), lines); err != nil {
 		return err
 	}
 	return train.WriteJSON(filepath.Join(dir, train.TrainerStateFile), st)
