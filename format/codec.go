@@ -96,11 +96,6 @@ func layoutOf(k Kind) *layout {
 	return nil
 }
 
-// Kinds lists every shard kind this package knows, in pipeline order.
-func Kinds() []Kind {
-	return []Kind{KindPrompts, KindRollouts, KindScores, KindLogprobs, KindAdvantages, KindMetrics}
-}
-
 // Schema returns the Arrow schema and current schema version of kind k; ok is false
 // for an unknown kind.
 func Schema(k Kind) (s *arrow.Schema, version int, ok bool) {

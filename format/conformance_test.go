@@ -326,7 +326,7 @@ func conform[R Row](t *testing.T, want []R) {
 		dir := tempDir(t)
 		path := filepath.Join(dir, "x.parquet")
 		writeFile(t, path, want)
-		for _, k := range Kinds() {
+		for _, k := range kinds() {
 			if k == l.kind {
 				continue
 			}
@@ -336,7 +336,7 @@ func conform[R Row](t *testing.T, want []R) {
 			}
 		}
 		d := writeDataset(t, filepath.Join(dir, "ds"), want, 1)
-		for _, k := range Kinds() {
+		for _, k := range kinds() {
 			if k != l.kind {
 				if err := openDatasetAs(k, d); !errors.Is(err, ErrSchemaMismatch) {
 					t.Errorf("open %s dataset as %s: error %v, want ErrSchemaMismatch", l.kind, k, err)
@@ -450,4 +450,9 @@ func writeVariant[R Row](t *testing.T, path string, rows []R, drop, version stri
 	if err := fw.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// kinds lists every shard kind this package knows, in pipeline order.
+func kinds() []Kind {
+	return []Kind{KindPrompts, KindRollouts, KindScores, KindLogprobs, KindAdvantages, KindMetrics}
 }

@@ -1,6 +1,7 @@
 package format
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Dataset is a committed dataset directory: its shards are exactly the files its
@@ -140,4 +142,24 @@ func ReadDataset[R Row](dir string, opts ...Option) ([]R, error) {
 		return nil, err
 	}
 	return ReadAll(r)
+}
+
+// ReadPrompts reads a whole prompts dataset sorted by uid, the order every stage plans
+// its work in. An empty dataset or a uid that appears twice breaks the contract that a
+// uid names one question (DESIGN.md §3) and is refused with ErrInvariant.
+func ReadPrompts(dir string) ([]Prompt, error) {
+	rows, err := ReadDataset[Prompt](dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: no prompts: %w", dir, ErrInvariant)
+	}
+	slices.SortStableFunc(rows, func(a, b Prompt) int { return cmp.Compare(a.UID, b.UID) })
+	for i := 1; i < len(rows); i++ {
+		if rows[i].UID == rows[i-1].UID {
+			return nil, fmt.Errorf("%s: uid %s appears twice; uids must be unique: %w", dir, rows[i].UID, ErrInvariant)
+		}
+	}
+	return rows, nil
 }

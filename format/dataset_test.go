@@ -273,7 +273,7 @@ func TestReaderStreamsRowGroups(t *testing.T) {
 }
 
 func TestSchema(t *testing.T) {
-	for _, k := range Kinds() {
+	for _, k := range kinds() {
 		s, v, ok := Schema(k)
 		if !ok || v < 1 || s.NumFields() == 0 {
 			t.Errorf("Schema(%s) = %v, %d, %v, want a schema and version", k, s, v, ok)
@@ -381,5 +381,22 @@ func TestCheckRows(t *testing.T) {
 	_, err = OpenShards[Rollout](d)
 	if !errors.Is(err, ErrSchemaMismatch) || !strings.Contains(err.Error(), "re-run the rollout stage") {
 		t.Fatalf("OpenShards on a version-1 rollouts dataset = %v, want ErrSchemaMismatch saying to re-run the rollout stage", err)
+	}
+}
+
+// ReadPrompts returns the prompts sorted by uid and refuses an empty dataset or a uid
+// that appears twice.
+func TestReadPrompts(t *testing.T) {
+	dir := tempDir(t)
+	ok := writeDataset(t, filepath.Join(dir, "ok"), []Prompt{{UID: "b"}, {UID: "a"}}, 1)
+	got, err := ReadPrompts(ok.Dir)
+	if err != nil || len(got) != 2 || got[0].UID != "a" || got[1].UID != "b" {
+		t.Fatalf("ReadPrompts = %v, %v; want a then b", got, err)
+	}
+	for name, rows := range map[string][]Prompt{"empty": nil, "twice": {{UID: "a"}, {UID: "a"}}} {
+		d := writeDataset(t, filepath.Join(dir, name), rows, 1)
+		if _, err := ReadPrompts(d.Dir); !errors.Is(err, ErrInvariant) {
+			t.Errorf("ReadPrompts(%s) = %v, want ErrInvariant", name, err)
+		}
 	}
 }

@@ -132,13 +132,6 @@ func (e *Episode) Context() (Context, error) {
 	return build(e.cfg.Context, e.prompt, e.recs, len(e.recs)), nil
 }
 
-// FullHistory is the un-pruned context before turn t — prompt, every earlier response and
-// observation — whatever the policy: the memory pass's context_full (DESIGN.md §7).
-func (e *Episode) FullHistory(t int) Context {
-	t = min(max(t, 0), len(e.recs))
-	return build(Full, e.prompt, e.recs, t)
-}
-
 // Step records the response to the current context and advances the state.
 func (e *Episode) Step(g Generation) error {
 	ctx, err := e.Context()

@@ -156,7 +156,7 @@ func TestEpisodeContexts(t *testing.T) {
 					if diff := cmp.Diff(w, r.Context.IDs()); diff != "" {
 						t.Errorf("%s turn %d context (-want +got):\n%s", c.name, j, diff)
 					}
-					if diff := cmp.Diff(want(tok, Full, prompt, c.steps, j), e.FullHistory(j).IDs()); diff != "" {
+					if diff := cmp.Diff(want(tok, Full, prompt, c.steps, j), fullHistory(e, j).IDs()); diff != "" {
 						t.Errorf("%s turn %d full history (-want +got):\n%s", c.name, j, diff)
 					}
 					if r.Observation != c.steps[j].obs {
@@ -281,4 +281,11 @@ func TestMempoKeepsStraddlingTokenOnce(t *testing.T) {
 	if diff := cmp.Diff(resp, kept); diff != "" {
 		t.Errorf("kept ids (-want +got):\n%s", diff)
 	}
+}
+
+// fullHistory is the un-pruned context before turn t — prompt, every earlier response and
+// observation — whatever the policy: the memory pass's context_full (DESIGN.md §7).
+func fullHistory(e *Episode, t int) Context {
+	t = min(max(t, 0), len(e.recs))
+	return build(Full, e.prompt, e.recs, t)
 }

@@ -1,7 +1,7 @@
 // Package search is the agent's search tool (DESIGN.md §6): a reader for Search-R1
 // JSONL corpora, a local BM25 index built with bleve, a Retriever over that index or
 // over a Search-R1 retrieval server, an HTTP handler that serves a local index under
-// the same API, and the observation text the environment shows the policy.
+// the same API. The observation text the policy sees is rendered by agent/protocol.
 //
 // It is pure Go.
 package search
@@ -9,7 +9,6 @@ package search
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 )
 
@@ -18,8 +17,9 @@ type Hit struct {
 	ID    string `json:"id"`
 	Title string `json:"title"` // first line of Contents without its surrounding quotes
 	Text  string `json:"text"`  // Contents after the first line
-	// Contents is the passage exactly as stored in the corpus ("\"Title\"\ntext").
-	// FormatDocs renders from it, so observations match Search-R1 byte for byte.
+	// Contents is the passage exactly as stored in the corpus ("\"Title\"\ntext"). The
+	// server answers with it and the agent's observation (protocol.Observation) is
+	// rendered from it, so observations match Search-R1 byte for byte.
 	Contents string  `json:"contents"`
 	Score    float64 `json:"score"`
 }
@@ -47,29 +47,6 @@ var (
 	// ErrBadRequest marks a request the retriever refuses (bad topk, too many queries).
 	ErrBadRequest = errors.New("bad retrieval request")
 )
-
-// FormatDocs renders hits the way Search-R1's _passages2string does
-// (search_r1/llm_agent/generation.py): for each hit
-//
-//	Doc {i}(Title: {first line of contents}) {rest of contents}\n
-//
-// The title keeps any quotes it has in the corpus, as Search-R1's does. The
-// environment wraps the result as "<information>" + strings.TrimSpace(…) +
-// "</information>", matching Search-R1's execute_predictions.
-func FormatDocs(hits []Hit) string {
-	var b strings.Builder
-	for i, h := range hits {
-		title, text := splitLine(h.contents())
-		b.WriteString("Doc ")
-		b.WriteString(strconv.Itoa(i + 1))
-		b.WriteString("(Title: ")
-		b.WriteString(title)
-		b.WriteString(") ")
-		b.WriteString(text)
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
 
 // contents returns the stored passage, or rebuilds the corpus form from Title and
 // Text for hits made by hand (tests, fakes) that left Contents empty.

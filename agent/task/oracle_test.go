@@ -62,7 +62,7 @@ func TestOraclePerfect(t *testing.T) {
 		if tr.Drops != 0 || tr.Found != tr.Kept || tr.Found != len(q.Facts()) {
 			t.Errorf("question %s: found %d kept %d drops %d, want all %d facts kept", q.UID, tr.Found, tr.Kept, tr.Drops, len(q.Facts()))
 		}
-		if found, kept := Retention(q.Facts(), tr.Observations(), tr.FinalMemory(p)); kept != found || found != len(q.Facts()) {
+		if found, kept := Retention(q.Facts(), observations(tr), finalMemory(tr, p)); kept != found || found != len(q.Facts()) {
 			t.Errorf("question %s: Retention() = %d, %d, want %d, %d", q.UID, found, kept, len(q.Facts()), len(q.Facts()))
 		}
 		if got := len(tr.Steps); got != len(q.Facts())+1 {
@@ -146,4 +146,23 @@ func TestOracleDistractor(t *testing.T) {
 	if wrong == 0 {
 		t.Fatalf("distractor probability 1 never led to a wrong answer")
 	}
+}
+
+// observations lists the trajectory's observation texts in order.
+func observations(t Trajectory) []string {
+	var out []string
+	for _, s := range t.Steps {
+		if s.Observation != "" {
+			out = append(out, s.Observation)
+		}
+	}
+	return out
+}
+
+// finalMemory is the memory of the last turn as the protocol parses it.
+func finalMemory(t Trajectory, p *protocol.Protocol) string {
+	if len(t.Steps) == 0 {
+		return ""
+	}
+	return p.ParseText(t.Steps[len(t.Steps)-1].Response).Memory
 }

@@ -2,8 +2,6 @@ package task
 
 import (
 	"strings"
-
-	"github.com/mempo/mempo/agent/protocol"
 )
 
 // Retention measures forgetting on any trajectory, the oracle's or a policy's, from text
@@ -28,23 +26,4 @@ func Retention(facts []Hop, observations []string, finalMemory string) (found, k
 		}
 	}
 	return found, kept
-}
-
-// Observations lists the trajectory's observation texts in order.
-func (t Trajectory) Observations() []string {
-	var out []string
-	for _, s := range t.Steps {
-		if s.Observation != "" {
-			out = append(out, s.Observation)
-		}
-	}
-	return out
-}
-
-// FinalMemory is the memory of the last turn as the protocol parses it.
-func (t Trajectory) FinalMemory(p *protocol.Protocol) string {
-	if len(t.Steps) == 0 {
-		return ""
-	}
-	return p.ParseText(t.Steps[len(t.Steps)-1].Response).Memory
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/mempo/mempo/jobs"
 )
 
+// Stage is the advantage stage's name in cache keys and manifests.
+const Stage = "advantage"
+
 // Inputs are the datasets the advantage stage reads. All three share the rollouts'
 // shard plan: shard i of scores and logprobs covers the trajectories of rollouts shard i.
 type Inputs struct {
@@ -32,7 +35,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	if err != nil {
 		return nil, err
 	}
-	spec.Stage, spec.Kind, spec.SchemaVersion = "advantage", format.KindAdvantages, format.AdvantagesVersion
+	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindAdvantages, format.AdvantagesVersion
 	spec.Config, spec.Shards, spec.Inputs = cfg, ds.rollouts.Len(), inputs
 	spec.Summarize = func(dir string, outputs []format.Output) (map[string]float64, error) {
 		return summarize(dir, outputs, ds.logprobs)

@@ -17,6 +17,9 @@ import (
 	"github.com/mempo/mempo/model/torch"
 )
 
+// Stage is the logprob stage's name in cache keys and manifests.
+const Stage = "logprob"
+
 // TokenizerFile is the tokenizer's file name inside a checkpoint directory.
 const TokenizerFile = "tokenizer.json"
 
@@ -79,7 +82,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 		policyDigest: strings.TrimPrefix(spec.Inputs[n-2].Digest, "dir:"),
 		reuseRef:     spec.Inputs[n-2].Digest == spec.Inputs[n-1].Digest}
 	defer st.drop()
-	spec.Stage, spec.Kind, spec.SchemaVersion = "logprob", format.KindLogprobs, format.LogprobsVersion
+	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindLogprobs, format.LogprobsVersion
 	spec.Config, spec.Shards, spec.Summarize = cfg, rolls.Len(), summarize
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		return st.shard(rolls, w)

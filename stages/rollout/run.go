@@ -12,12 +12,10 @@
 package rollout
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -70,7 +68,7 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	var err error
-	if s.prompts, err = readPrompts(in.Prompts); err != nil {
+	if s.prompts, err = format.ReadPrompts(in.Prompts); err != nil {
 		return nil, fmt.Errorf("rollout: --prompts: %w", err)
 	}
 	s.prompts = cfg.selectPrompts(s.prompts)
@@ -116,34 +114,6 @@ func policyTokenizer(dir string) (*bpe.Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return tok, nil
-}
-
-// readPrompts reads the whole prompts dataset sorted by uid; a repeated uid is an error,
-// since (uid, sample, turn) keys every row downstream.
-func readPrompts(dir string) ([]format.Prompt, error) {
-	d, err := format.OpenDataset(dir)
-	if err != nil {
-		return nil, err
-	}
-	r, err := format.OpenShards[format.Prompt](d)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	rows, err := format.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: no prompts: %w", dir, ErrConfig)
-	}
-	slices.SortStableFunc(rows, func(a, b format.Prompt) int { return cmp.Compare(a.UID, b.UID) })
-	for i := 1; i < len(rows); i++ {
-		if rows[i].UID == rows[i-1].UID {
-			return nil, fmt.Errorf("%s: uid %s appears twice; uids must be unique: %w", dir, rows[i].UID, ErrConfig)
-		}
-	}
-	return rows, nil
 }
 
 // stage is one Run's state shared by its shards. The policy is opened by the first

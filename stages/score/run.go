@@ -10,6 +10,9 @@ import (
 	"github.com/mempo/mempo/jobs"
 )
 
+// Stage is the score stage's name in cache keys and manifests.
+const Stage = "score"
+
 // Inputs are the datasets the score stage reads.
 type Inputs struct {
 	Rollouts string // rollouts dataset
@@ -38,29 +41,24 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 		}
 		spec.Inputs = append(spec.Inputs, input)
 	}
-	spec.Stage, spec.Kind, spec.SchemaVersion = "score", format.KindScores, format.ScoresVersion
+	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindScores, format.ScoresVersion
 	spec.Config, spec.Shards = cfg, rolls.Len()
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		return scoreShard(cfg, rolls, w, golds)
 	})
 }
 
+// readGolds maps each prompt's uid to its golds.
 func readGolds(dir string) (map[string][][]string, error) {
-	d, err := format.OpenDataset(dir)
+	prompts, err := format.ReadPrompts(dir)
 	if err != nil {
 		return nil, err
 	}
-	r, err := format.OpenShards[format.Prompt](d)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	golds := map[string][][]string{}
-	for r.Next() {
-		p := r.Row()
+	golds := make(map[string][][]string, len(prompts))
+	for _, p := range prompts {
 		golds[p.UID] = p.Golds
 	}
-	return golds, r.Err()
+	return golds, nil
 }
 
 func scoreShard(cfg Config, rolls *format.Dataset, w *jobs.Work, golds map[string][][]string) error {

@@ -1,9 +1,9 @@
 // Package score computes the outcome of each trajectory (DESIGN.md §7): the answer taken
 // from the last <answer> of the final turn, Search-R1/SQuAD normalisation, exact match and
 // token F1 per objective against alias lists, format validity, the outcome reward (on exact
-// or Search-R1's substring match), and the cost figures TT, PT and turns. It is pure Go over
-// plain structs; the stage loop that reads rollouts and writes the scores dataset lives
-// elsewhere.
+// or Search-R1's substring match), and the cost figures TT, PT and turns. This file is
+// pure Go over plain structs; run.go is the stage loop that reads rollouts and writes the
+// scores dataset.
 package score
 
 import (
