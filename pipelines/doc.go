@@ -1,0 +1,9 @@
+// Package pipelines holds no code: its Make fragments wire the stage binaries into DAGs
+// whose targets are the stages' commit records, and its test runs them end to end.
+//
+//	mempo.mk       one run: N MemPO (or GRPO) iterations from a policy
+//	embedded.mk    the embedded default's settings: task, index, init-model, SFT
+//	demo.mk        the demo: MemPO, GRPO and the baselines, evaluated (make demo)
+//	experiment.mk  variants × seeds on one task, reported with intervals (make experiment)
+//	scaleout/      a Kubernetes Indexed Job and a Slurm array for the rollout stage
+package pipelines
