@@ -3,6 +3,7 @@ package qwen2
 import (
 	"math"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -24,23 +25,23 @@ type Attention struct {
 func (a *Attention) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
 	p := callerPass(x, cos, sin, mask, a.headDim)
 	defer p.free()
-	return a.forward(of(x), p, kv, nil).wrap()
+	return a.forward(torch.Of(x), p, kv, nil).Wrap()
 }
 
 // forward is Forward on x: [b, t, hidden] with the pass's tables and mask, through
 // f's fused projections when f is not nil.
-func (a *Attention) forward(x raw, p *pass, kv *layerCache, f *fused) raw {
+func (a *Attention) forward(x torch.Raw, p *pass, kv *layerCache, f *fused) torch.Raw {
 	q, k, v := a.qkv(x, p, f)
-	keys, vals := k.transpose(1, 2), v.transpose(1, 2) // [b, kvHeads, t, headDim]
-	freeAll(k, v)
+	keys, vals := k.Transpose(1, 2), v.Transpose(1, 2) // [b, kvHeads, t, headDim]
+	torch.Free(k, v)
 	if kv != nil {
 		ck, cv := kv.append(keys, vals)
-		freeAll(keys, vals)
+		torch.Free(keys, vals)
 		keys, vals = ck, cv
 	}
 	o := a.attend(q, keys, vals, p)
-	freeAll(q, keys, vals)
-	defer o.free()
+	torch.Free(q, keys, vals)
+	defer o.Free()
 	return a.O.forward(o)
 }
 
@@ -49,36 +50,36 @@ func (a *Attention) forward(x raw, p *pass, kv *layerCache, f *fused) raw {
 // path, which the batched forward used, multiplies queries and keys each by
 // sqrt(1/sqrt(headDim)) before their product; so does this, and the cache keeps
 // the scaled keys.
-func (a *Attention) qkv(x raw, p *pass, f *fused) (q, k, v raw) {
+func (a *Attention) qkv(x torch.Raw, p *pass, f *fused) (q, k, v torch.Raw) {
 	scale := math.Sqrt(1 / math.Sqrt(float64(a.headDim)))
 	if f == nil {
 		q = a.project(a.Q, x, a.heads, p, true)
-		q.mulScalar_(scale) // rotate's last op, add_, saves nothing for backward
+		q.MulScalar_(scale) // rotate's last op, add_, saves nothing for backward
 		k = a.project(a.K, x, a.kvHeads, p, true)
-		k.mulScalar_(scale)
+		k.MulScalar_(scale)
 		return q, k, a.project(a.V, x, a.kvHeads, p, false)
 	}
-	y := x.linear(f.qkv, f.qkvBias)
-	yv := y.view(p.b, p.t, a.heads+2*a.kvHeads, a.headDim)
-	qk := yv.narrow(2, 0, a.heads+a.kvHeads)
+	y := x.Linear(f.qkv, f.qkvBias)
+	yv := y.View(p.b, p.t, a.heads+2*a.kvHeads, a.headDim)
+	qk := yv.Narrow(2, 0, a.heads+a.kvHeads)
 	r := rotate(qk, p.cos, p.sin, p)
-	r.mulScalar_(scale)
-	q, k = r.narrow(2, 0, a.heads), r.narrow(2, a.heads, a.kvHeads)
-	v = yv.narrow(2, a.heads+a.kvHeads, a.kvHeads)
-	freeAll(y, yv, qk, r)
+	r.MulScalar_(scale)
+	q, k = r.Narrow(2, 0, a.heads), r.Narrow(2, a.heads, a.kvHeads)
+	v = yv.Narrow(2, a.heads+a.kvHeads, a.kvHeads)
+	torch.Free(y, yv, qk, r)
 	return q, k, v
 }
 
 // project applies l to x: [b, t, hidden] and returns heads of [b, t, heads, headDim],
 // rotated when rot is set.
-func (a *Attention) project(l *Linear, x raw, heads int64, p *pass, rot bool) raw {
+func (a *Attention) project(l *Linear, x torch.Raw, heads int64, p *pass, rot bool) torch.Raw {
 	y := l.forward(x)
-	yv := y.view(p.b, p.t, heads, a.headDim)
-	y.free()
+	yv := y.View(p.b, p.t, heads, a.headDim)
+	y.Free()
 	if !rot {
 		return yv
 	}
-	defer yv.free()
+	defer yv.Free()
 	return rotate(yv, p.cos, p.sin, p)
 }
 
@@ -94,43 +95,43 @@ func (a *Attention) project(l *Linear, x raw, heads int64, p *pass, rot bool) ra
 // had one per head, and libtorch's one-row product rounds differently in the last
 // bits: decode logits differ from per-head attention by at most 1e-6 on the tiny
 // model (generated tokens were identical; see TestGenerateGolden).
-func (a *Attention) attend(q, keys, vals raw, p *pass) raw {
+func (a *Attention) attend(q, keys, vals torch.Raw, p *pass) torch.Raw {
 	g := a.heads / a.kvHeads
-	kt := keys.transpose(2, 3) // [b, kvHeads, headDim, keys]
-	defer kt.free()
+	kt := keys.Transpose(2, 3) // [b, kvHeads, headDim, keys]
+	defer kt.Free()
 	if p.t == 1 {
-		qg := q.view(p.b, a.kvHeads, g, a.headDim)
+		qg := q.View(p.b, a.kvHeads, g, a.headDim)
 		o := a.scores(qg, kt, vals, p, g) // [b, kvHeads, g, headDim]
-		qg.free()
-		defer o.free()
-		return o.view(p.b, 1, a.heads*a.headDim)
+		qg.Free()
+		defer o.Free()
+		return o.View(p.b, 1, a.heads*a.headDim)
 	}
-	qt := q.transpose(1, 2) // [b, heads, t, headDim]
-	qg := qt.reshape(p.b, a.kvHeads, g*p.t, a.headDim)
+	qt := q.Transpose(1, 2) // [b, heads, t, headDim]
+	qg := qt.Reshape(p.b, a.kvHeads, g*p.t, a.headDim)
 	o := a.scores(qg, kt, vals, p, g) // [b, kvHeads, g·t, headDim]
-	freeAll(qt, qg)
-	ov := o.view(p.b, a.heads, p.t, a.headDim)
-	ot := ov.transpose(1, 2)
-	out := ot.reshape(p.b, p.t, a.heads*a.headDim)
-	freeAll(o, ov, ot)
+	torch.Free(qt, qg)
+	ov := o.View(p.b, a.heads, p.t, a.headDim)
+	ot := ov.Transpose(1, 2)
+	out := ot.Reshape(p.b, p.t, a.heads*a.headDim)
+	torch.Free(o, ov, ot)
 	return out
 }
 
 // scores is softmax(q·kt + bias)·v for q: [b, kvHeads, g·t, headDim] (query rows
 // grouped by head, then by token), kt: [b, kvHeads, headDim, keys] and vals:
 // [b, kvHeads, keys, headDim]; it returns [b, kvHeads, g·t, headDim].
-func (a *Attention) scores(q, kt, vals raw, p *pass, g int64) raw {
-	s := q.matmul(kt) // [b, kvHeads, g·t, keys]
+func (a *Attention) scores(q, kt, vals torch.Raw, p *pass, g int64) torch.Raw {
+	s := q.Matmul(kt) // [b, kvHeads, g·t, keys]
 	// matmul saves its inputs, not its output, so the bias may go in place.
 	if p.t == 1 {
-		s.add_(p.bias) // [b, 1, 1, keys] broadcasts over every query row
+		s.Add_(p.bias) // [b, 1, 1, keys] broadcasts over every query row
 	} else {
-		s5 := s.view(p.b, a.kvHeads, g, p.t, p.keys)
-		s5.add_(p.bias5)
-		s5.free()
+		s5 := s.View(p.b, a.kvHeads, g, p.t, p.keys)
+		s5.Add_(p.bias5)
+		s5.Free()
 	}
-	w := s.softmaxLast()
-	s.free()
-	defer w.free()
-	return w.matmul(vals)
+	w := s.SoftmaxLast()
+	s.Free()
+	defer w.Free()
+	return w.Matmul(vals)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -96,23 +97,23 @@ func (b Batch) bias() []float32 {
 // [rows, 1, width, past+width] bool on the model's device.
 func (m *Model) tensors(b Batch) (ids, pos, mask *ts.Tensor) {
 	shape := []int64{int64(b.Rows), int64(b.Width)}
-	ids = fromHost(b.IDs, shape, gotch.Int64, m.device)
-	pos = fromHost(b.Pos, shape, gotch.Int64, m.device)
-	mask = fromHost(b.Mask(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, gotch.Bool, m.device)
+	ids = torch.FromHost(b.IDs, shape, m.device)
+	pos = torch.FromHost(b.Pos, shape, m.device)
+	mask = torch.FromHost(b.Mask(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, m.device)
 	return ids, pos, mask
 }
 
 // inputs is tensors with the mask as its bias (see bias) in the model dtype, the
 // form hidden takes.
-func (m *Model) inputs(b Batch) (ids, pos, bias raw) {
+func (m *Model) inputs(b Batch) (ids, pos, bias torch.Raw) {
 	shape := []int64{int64(b.Rows), int64(b.Width)}
-	ids = rawFromHost(b.IDs, shape, gotch.Int64, m.device)
-	pos = rawFromHost(b.Pos, shape, gotch.Int64, m.device)
-	bias = rawFromHost(b.bias(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, gotch.Float, m.device)
+	ids = torch.RawFromHost(b.IDs, shape, m.device)
+	pos = torch.RawFromHost(b.Pos, shape, m.device)
+	bias = torch.RawFromHost(b.bias(), []int64{int64(b.Rows), 1, int64(b.Width), int64(b.Past + b.Width)}, m.device)
 	if m.dtype != gotch.Float {
 		f := bias
-		defer f.free()
-		bias = f.toDType(m.dtype)
+		defer f.Free()
+		bias = f.ToDType(m.dtype)
 	}
 	return ids, pos, bias
 }

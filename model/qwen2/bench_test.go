@@ -8,7 +8,6 @@ import (
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
-	lib "github.com/sugarme/gotch/libtch"
 )
 
 // benchModel builds a randomly initialised preset; layers > 0 overrides the depth.
@@ -27,12 +26,9 @@ func benchModel(b *testing.B, preset string, layers int) *Model {
 // the denominator of the "fraction of GEMM" figures.
 func gemmFLOPS() float64 {
 	const n = 1024
-	a := zeros([]int64{n, n}, gotch.Float, gotch.CPU)
-	defer a.MustDrop()
-	run := func() {
-		o := call(func(o *lib.Ctensor) { lib.AtgMatmul(o, c(a), c(a)) })
-		o.MustDrop()
-	}
+	a := torch.RawZeros([]int64{n, n}, gotch.Float, gotch.CPU)
+	defer a.Free()
+	run := func() { a.Matmul(a).Free() }
 	run()
 	start := time.Now()
 	reps := 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 )
 
@@ -20,7 +21,7 @@ type Cache struct {
 }
 
 type layerCache struct {
-	k, v  raw // [batch, kvHeads, cap, headDim]
+	k, v  torch.Raw // [batch, kvHeads, cap, headDim]
 	cache *Cache
 }
 
@@ -30,8 +31,8 @@ func (m *Model) NewCache(batch, capacity int) *Cache {
 	shape := []int64{int64(batch), int64(m.Config.NumKVHeads), int64(capacity), int64(m.Config.HeadDim())}
 	for range m.Layers {
 		c.layers = append(c.layers, layerCache{
-			k:     rawZeros(shape, m.dtype, m.device),
-			v:     rawZeros(shape, m.dtype, m.device),
+			k:     torch.RawZeros(shape, m.dtype, m.device),
+			v:     torch.RawZeros(shape, m.dtype, m.device),
 			cache: c,
 		})
 	}
@@ -41,9 +42,6 @@ func (m *Model) NewCache(batch, capacity int) *Cache {
 // Len is the number of filled slots.
 func (c *Cache) Len() int { return int(c.len) }
 
-// Cap is the number of slots.
-func (c *Cache) Cap() int { return int(c.cap) }
-
 func (c *Cache) layer(i int) *layerCache { return &c.layers[i] }
 
 func (c *Cache) advance(n int64) { c.len += n }
@@ -51,43 +49,40 @@ func (c *Cache) advance(n int64) { c.len += n }
 // append writes k, v: [batch, kvHeads, seq, headDim] at the cache's current length
 // and returns views of all filled slots including the new ones; the caller still
 // owns k and v.
-func (l *layerCache) append(k, v raw) (raw, raw) {
-	start, n := l.cache.len, k.size()[2]
+func (l *layerCache) append(k, v torch.Raw) (torch.Raw, torch.Raw) {
+	start, n := l.cache.len, k.Size()[2]
 	if start+n > l.cache.cap {
 		panic(fmt.Sprintf("kv cache: %d slots used + %d new exceeds capacity %d", start, n, l.cache.cap))
 	}
-	for _, p := range [2][2]raw{{l.k, k}, {l.v, v}} {
-		dst := p[0].narrow(2, start, n)
-		if ds, ss := dst.size(), p[1].size(); !slices.Equal(ds, ss) {
-			dst.free()
+	for _, p := range [2][2]torch.Raw{{l.k, k}, {l.v, v}} {
+		dst := p[0].Narrow(2, start, n)
+		if ds, ss := dst.Size(), p[1].Size(); !slices.Equal(ds, ss) {
+			dst.Free()
 			panic(fmt.Sprintf("kv cache: writing %v into slots %v", ss, ds))
 		}
-		dst.copyFrom(p[1])
-		dst.free()
+		dst.CopyFrom(p[1])
+		dst.Free()
 	}
-	return l.k.narrow(2, 0, start+n), l.v.narrow(2, 0, start+n)
+	return l.k.Narrow(2, 0, start+n), l.v.Narrow(2, 0, start+n)
 }
 
 // Keep retains the given batch rows, in that order, and frees the others; the
 // decode loop calls it to stop computing rows that have finished.
 func (c *Cache) Keep(rows []int64) {
-	idx := rawFromHost(rows, []int64{int64(len(rows))}, gotch.Int64, c.device)
-	defer idx.free()
+	idx := torch.RawFromHost(rows, []int64{int64(len(rows))}, c.device)
+	defer idx.Free()
 	for i := range c.layers {
 		l := &c.layers[i]
-		k, v := l.k.indexSelect(0, idx), l.v.indexSelect(0, idx)
-		freeAll(l.k, l.v)
+		k, v := l.k.IndexSelect(0, idx), l.v.IndexSelect(0, idx)
+		torch.Free(l.k, l.v)
 		l.k, l.v = k, v
 	}
 }
 
-// Drop frees the cache's tensors.
+// Drop frees the cache's tensors; a second Drop does nothing.
 func (c *Cache) Drop() {
-	for i := range c.layers {
-		l := &c.layers[i]
-		if l.k.c != nil {
-			freeAll(l.k, l.v)
-		}
-		l.k, l.v = raw{}, raw{}
+	for _, l := range c.layers {
+		torch.Free(l.k, l.v)
 	}
+	c.layers = nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+
+	"github.com/sugarme/gotch"
 )
 
 // ErrConfig marks an invalid or unsupported config.json.
@@ -224,4 +226,34 @@ func Preset(name string, vocab int) (Config, error) {
 		c.VocabSize = vocab
 	}
 	return c, c.Validate()
+}
+
+// dtype maps config.json's torch_dtype to a gotch dtype.
+func (c Config) dtype() (gotch.DType, error) {
+	switch c.TorchDType {
+	case "float32":
+		return gotch.Float, nil
+	case "bfloat16":
+		return gotch.BFloat16, nil
+	case "float16":
+		return gotch.Half, nil
+	}
+	return gotch.Float, fmt.Errorf("torch_dtype %q: want float32, bfloat16 or float16: %w", c.TorchDType, ErrConfig)
+}
+
+// weightDType reports whether d is one of the dtypes above, which a model's weights
+// may have.
+func weightDType(d gotch.DType) bool {
+	return d == gotch.Float || d == gotch.BFloat16 || d == gotch.Half
+}
+
+// DTypeName is the torch_dtype name of a floating dtype.
+func DTypeName(d gotch.DType) string {
+	switch d {
+	case gotch.BFloat16:
+		return "bfloat16"
+	case gotch.Half:
+		return "float16"
+	}
+	return "float32"
 }

@@ -1,6 +1,9 @@
 package qwen2
 
-import "github.com/sugarme/gotch/ts"
+import (
+	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch/ts"
+)
 
 // fused holds one layer's projections concatenated along their output dimension,
 // so a decode step runs one GEMM for q, k and v and one for gate and up: three
@@ -14,20 +17,20 @@ import "github.com/sugarme/gotch/ts"
 // libtorch the fused products match the separate ones bit for bit
 // (TestFusedMatchesSeparate).
 type fused struct {
-	qkv, qkvBias raw   // [(heads+2·kvHeads)·headDim, hidden], [(heads+2·kvHeads)·headDim]
-	gateUp       raw   // [2·intermediate, hidden]
-	inter        int64 // intermediate size
+	qkv, qkvBias torch.Raw // [(heads+2·kvHeads)·headDim, hidden], [(heads+2·kvHeads)·headDim]
+	gateUp       torch.Raw // [2·intermediate, hidden]
+	inter        int64     // intermediate size
 }
 
 // fuse concatenates every layer's projections; freeFused releases them.
 func (m *Model) fuse() []fused {
 	out := make([]fused, len(m.Layers))
-	cat := func(ws ...*ts.Tensor) raw {
-		rs := make([]raw, len(ws))
+	cat := func(ws ...*ts.Tensor) torch.Raw {
+		rs := make([]torch.Raw, len(ws))
 		for i, w := range ws {
-			rs[i] = of(w)
+			rs[i] = torch.Of(w)
 		}
-		return rawCat(rs, 0)
+		return torch.RawCat(rs, 0)
 	}
 	for i, l := range m.Layers {
 		a := l.Attn
@@ -43,6 +46,6 @@ func (m *Model) fuse() []fused {
 
 func freeFused(fs []fused) {
 	for _, f := range fs {
-		freeAll(f.qkv, f.qkvBias, f.gateUp)
+		torch.Free(f.qkv, f.qkvBias, f.gateUp)
 	}
 }

@@ -73,23 +73,24 @@ func TestLayerForwardMatchesHidden(t *testing.T) {
 
 	base := liveTensors()
 	sin := signHalf(m.rope.sin) // back to HF's unsigned table
-	flat := reshape(pos, -1)
-	c, s := indexSelect(m.rope.cos, 0, flat), indexSelect(sin, 0, flat)
+	flat := torch.Of(pos).Reshape(-1)
+	c, s := torch.Of(m.rope.cos).IndexSelect(0, flat), torch.Of(sin).IndexSelect(0, flat)
 	d := int64(m.Config.HeadDim())
-	cos4, sin4 := view(c, 2, 1, 4, d), view(s, 2, 1, 4, d)
-	h := embedding(m.Embed, ids)
+	cos4, sin4 := c.View(2, 1, 4, d).Wrap(), s.View(2, 1, 4, d).Wrap()
+	torch.Free(flat, c, s)
+	h := torch.Of(m.Embed).Embedding(torch.Of(ids)).Wrap()
 	for _, l := range m.Layers {
 		next := l.Forward(h, cos4, sin4, mask, nil)
 		h.MustDrop()
 		h = next
 	}
 	got := m.Norm.Forward(h)
-	torch.Drop(sin, flat, c, s, cos4, sin4, h)
+	torch.Drop(sin, cos4, sin4, h)
 	defer got.MustDrop()
 	if n := liveTensors(); n != base+1 {
 		t.Errorf("live tensors = %d, want %d (baseline + result)", n, base+1)
 	}
-	g, w := toHost(got), toHost(want)
+	g, w := floats(got), floats(want)
 	for i := range w {
 		if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
 			t.Fatalf("element %d: layer-by-layer %g, Hidden %g", i, g[i], w[i])

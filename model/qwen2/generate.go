@@ -8,7 +8,6 @@ import (
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
-	"github.com/sugarme/gotch"
 )
 
 // Finish reasons of a completion.
@@ -74,7 +73,7 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	// autograd, which the in-place ops of the forward pass rely on.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer setGrad(setGrad(false))
+	defer torch.SetGrad(torch.SetGrad(false))
 
 	out = make([]Completion, len(reqs))
 	rngs := make([]*rand.Rand, len(reqs))
@@ -160,12 +159,20 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 	}
 	n := min(len(samps), len(active))
 	var wg sync.WaitGroup
-	fail := make([]any, n) // a worker's panic, raised again here for Generate's catch
+	// A worker's panic (a NaN logit) is raised again here for Generate's catch; a
+	// runtime.Error is a bug and crashes in the worker, with the worker's stack.
+	fail := make([]any, n)
 	for w := 1; w < n; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { fail[w] = recover() }()
+			defer func() {
+				r := recover()
+				if _, bug := r.(runtime.Error); bug {
+					panic(r)
+				}
+				fail[w] = r
+			}()
 			run(w, n)
 		}()
 	}
@@ -184,7 +191,7 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
 	ids, pos, bias := m.inputs(b)
 	h := m.hidden(ids, pos, bias, cache, fs)
-	freeAll(ids, pos, bias)
+	torch.Free(ids, pos, bias)
 	if b.Width > 1 {
 		last := make([]int64, b.Rows)
 		for r := range b.Rows {
@@ -196,14 +203,14 @@ func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
 			}
 			last[r] = int64(r*b.Width + n)
 		}
-		idx := rawFromHost(last, []int64{int64(b.Rows)}, gotch.Int64, m.device)
-		flat := h.reshape(int64(b.Rows*b.Width), -1)
-		sel := flat.indexSelect(0, idx)
-		freeAll(h, flat, idx)
+		idx := torch.RawFromHost(last, []int64{int64(b.Rows)}, m.device)
+		flat := h.Reshape(int64(b.Rows*b.Width), -1)
+		sel := flat.IndexSelect(0, idx)
+		torch.Free(h, flat, idx)
 		h = sel
 	}
 	logits := m.logits(h) // [rows, vocab] or [rows, 1, vocab]
-	h.free()
-	defer logits.free()
-	return logits.host()
+	h.Free()
+	defer logits.Free()
+	return torch.ToHost[float32](logits)
 }

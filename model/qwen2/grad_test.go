@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
-	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
@@ -23,9 +22,9 @@ func TestLogProbGradients(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	m := newTestModel(t, testConfig(), Options{})
 	for _, w := range m.Weights() {
-		inplace(func(o *lib.Ctensor) { lib.AtgRequiresGrad_(o, c(w.Tensor), 1) })
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
 	}
-	defer setGrad(setGrad(true))
+	defer torch.SetGrad(torch.SetGrad(true))
 	rng := rand.New(rand.NewPCG(8, 9))
 	var pairs []Pair
 	for range 4 {
@@ -35,9 +34,10 @@ func TestLogProbGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := of(lp).sumLast(), of(ent).sumLast()
-	loss := a.add(b).wrap()
-	freeAll(a, b)
+	a, b := torch.Of(lp).SumLast(), torch.Of(ent).SumLast()
+	a.Add_(b) // sum saves nothing for backward
+	loss := a.Wrap()
+	b.Free()
 	torch.Drop(lp, ent)
 	defer loss.MustDrop()
 	if err := loss.Backward(); err != nil {
@@ -46,7 +46,7 @@ func TestLogProbGradients(t *testing.T) {
 	var bias, grad []float32
 	for _, w := range m.Weights() {
 		g := torch.Must(w.Tensor.Grad(false))
-		vals := toHost(g)
+		vals := floats(g)
 		g.MustDrop()
 		for i, v := range vals {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -54,7 +54,7 @@ func TestLogProbGradients(t *testing.T) {
 			}
 		}
 		if w.Key == "model.layers.0.self_attn.q_proj.bias" {
-			bias, grad = toHost(w.Tensor), vals
+			bias, grad = floats(w.Tensor), vals
 		}
 	}
 	norm := 0.0
@@ -74,12 +74,12 @@ func TestLogProbGradients(t *testing.T) {
 		}
 		defer torch.Drop(lp, ent)
 		sum := 0.0
-		for _, v := range append(toHost(lp), toHost(ent)...) {
+		for _, v := range append(floats(lp), floats(ent)...) {
 			sum += float64(v)
 		}
 		return sum
 	}
-	setGrad(false)
+	torch.SetGrad(false)
 	const eps = 5e-2 // smaller steps drown in the float32 rounding of the log-probs; error here 0.02%
 	fd := (eval(eps) - eval(-eps)) / (2 * eps)
 	set(t, m.Layers[0].Attn.Q.Bias, bias)
@@ -91,19 +91,19 @@ func TestLogProbGradients(t *testing.T) {
 // set copies vals into w (grad mode off).
 func set(t *testing.T, w *ts.Tensor, vals []float32) {
 	t.Helper()
-	src := rawFromHost(vals, []int64{int64(len(vals))}, gotch.Float, gotch.CPU)
-	defer src.free()
-	of(w).copyFrom(src)
+	src := torch.RawFromHost(vals, []int64{int64(len(vals))}, gotch.CPU)
+	defer src.Free()
+	torch.Of(w).CopyFrom(src)
 }
 
 func TestGradMode(t *testing.T) {
 	runtime.LockOSThread() // grad mode is per OS thread
 	defer runtime.UnlockOSThread()
-	defer setGrad(setGrad(true))
+	defer torch.SetGrad(torch.SetGrad(true))
 	for _, on := range []bool{true, false, true} {
-		setGrad(on)
-		if got := gradEnabled(); got != on {
-			t.Errorf("after setGrad(%v): gradEnabled() = %v", on, got)
+		torch.SetGrad(on)
+		if got := torch.GradEnabled(); got != on {
+			t.Errorf("after torch.SetGrad(%v): torch.GradEnabled() = %v", on, got)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func New(cfg Config, opt Options) (m *Model, err error) {
 	}
 	defer torch.Catch("allocate qwen2 model", &err)
 	h, kv := int64(cfg.HiddenSize), int64(cfg.NumKVHeads*cfg.HeadDim())
-	alloc := func(shape ...int64) *ts.Tensor { return empty(shape, dtype, dev) }
+	alloc := func(shape ...int64) *ts.Tensor { return torch.RawEmpty(shape, dtype, dev).Wrap() }
 	lin := func(out, in int64, bias bool) *Linear {
 		l := &Linear{Weight: alloc(out, in)}
 		if bias {
@@ -167,8 +167,8 @@ func (m *Model) Init(seed uint64) (err error) {
 		// gotch's generated in-place ops (Fill_, Zero_, Normal_) replace the tensor
 		// handle without freeing the old one, so values are staged on the host and
 		// copied in with copy_, which does not.
-		src := empty(p.t.MustSize(), gotch.Float, gotch.CPU)
-		b := storage(src)
+		src := torch.RawEmpty(p.t.MustSize(), gotch.Float, gotch.CPU)
+		b := src.Bytes()
 		vals := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 		switch {
 		case strings.HasSuffix(p.key, "norm.weight"):
@@ -185,8 +185,8 @@ func (m *Model) Init(seed uint64) (err error) {
 				vals[i] = float32(rng.NormFloat64() * std)
 			}
 		}
-		p.t.Copy_(src)
-		src.MustDrop()
+		torch.Of(p.t).CopyFrom(src)
+		src.Free()
 	}
 	return nil
 }
@@ -203,19 +203,6 @@ func (m *Model) Drop() {
 // inv_freq buffers that old exports saved, and a tied head's duplicate.
 func (m *Model) ignoredKey(key string) bool {
 	return strings.HasSuffix(key, "rotary_emb.inv_freq") || (m.LMHead == nil && key == "lm_head.weight")
-}
-
-var stDTypes = map[safetensors.DType]gotch.DType{
-	safetensors.F32: gotch.Float, safetensors.BF16: gotch.BFloat16, safetensors.F16: gotch.Half,
-}
-
-func stDType(d gotch.DType) safetensors.DType {
-	for k, v := range stDTypes {
-		if v == d {
-			return k
-		}
-	}
-	panic(fmt.Sprintf("qwen2: no safetensors dtype for %v", d))
 }
 
 // Load reads a checkpoint directory in HF layout: config.json and model.safetensors
@@ -257,23 +244,25 @@ func (m *Model) read(set *safetensors.Set) (err error) {
 		if !slices.Equal(info.Shape, want) {
 			return fmt.Errorf("%s: tensor %q has shape %v, config wants %v: %w", file, p.key, info.Shape, want, ErrCheckpoint)
 		}
-		fdt, ok := stDTypes[info.DType]
-		if !ok {
+		fdt, ok := torch.FromSafetensors(info.DType)
+		if !ok || !weightDType(fdt) {
 			return fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16: %w", file, p.key, info.DType, ErrCheckpoint)
 		}
 		if fdt == m.dtype && m.device == gotch.CPU {
-			if err := set.ReadInto(p.key, storage(p.t)); err != nil {
+			if err := set.ReadInto(p.key, torch.Of(p.t).Bytes()); err != nil {
 				return err
 			}
 			continue
 		}
-		tmp := empty(want, fdt, gotch.CPU)
-		if err := set.ReadInto(p.key, storage(tmp)); err != nil {
-			tmp.MustDrop()
+		tmp := torch.RawEmpty(want, fdt, gotch.CPU)
+		err := set.ReadInto(p.key, tmp.Bytes())
+		if err == nil {
+			torch.Of(p.t).CopyFrom(tmp)
+		}
+		tmp.Free()
+		if err != nil {
 			return err
 		}
-		p.t.Copy_(tmp)
-		tmp.MustDrop()
 	}
 	for _, info := range set.Tensors() {
 		if !seen[info.Name] && !m.ignoredKey(info.Name) {
@@ -291,20 +280,14 @@ func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save qwen2 model: %w", err)
 	}
+	dt, _ := torch.ToSafetensors(m.dtype) // every weight dtype has one
 	var tensors []safetensors.Tensor
 	for _, p := range m.params() {
 		t := p.t
 		tensors = append(tensors, safetensors.Tensor{
-			Name: p.key, DType: stDType(m.dtype), Shape: t.MustSize(),
-			WriteData: func(w io.Writer) error {
-				// One tensor at a time goes through host memory.
-				h := toDevice(t, gotch.CPU)
-				c := contiguous(h)
-				h.MustDrop()
-				defer c.MustDrop()
-				_, err := w.Write(storage(c))
-				return err
-			},
+			Name: p.key, DType: dt, Shape: t.MustSize(),
+			// One tensor at a time goes through host memory.
+			WriteData: func(w io.Writer) error { return torch.Write(w, t) },
 		})
 	}
 	if _, err := safetensors.WriteDir(dir, tensors, maxShardBytes); err != nil {

@@ -9,18 +9,18 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/model/safetensors"
-	"github.com/sugarme/gotch"
+	"github.com/mempo/mempo/model/torch"
 )
 
 // weightBytes copies every weight's bytes to the host, keyed by HF name.
 func weightBytes(m *Model) map[string][]byte {
 	out := map[string][]byte{}
 	for _, w := range m.Weights() {
-		h := toDevice(w.Tensor, gotch.CPU)
-		c := contiguous(h)
-		h.MustDrop()
-		out[w.Key] = bytes.Clone(storage(c))
-		c.MustDrop()
+		var b bytes.Buffer
+		if err := torch.Write(&b, w.Tensor); err != nil {
+			panic(err)
+		}
+		out[w.Key] = b.Bytes()
 	}
 	return out
 }

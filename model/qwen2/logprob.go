@@ -73,7 +73,7 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer setGrad(setGrad(false))
+	defer torch.SetGrad(torch.SetGrad(false))
 	out = make([]Scored, len(pairs))
 	all := make([]int, len(pairs))
 	for i := range all {
@@ -89,10 +89,10 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 		if err != nil {
 			return nil, fmt.Errorf("score: batch of pairs %v: %w", batch, err)
 		}
-		lpv := toHost(lp)
+		lpv := torch.ToHost[float32](torch.Of(lp))
 		var entv []float32
 		if ent != nil {
-			entv = toHost(ent)
+			entv = torch.ToHost[float32](torch.Of(ent))
 		}
 		torch.Drop(lp, ent)
 		off := 0
@@ -158,10 +158,9 @@ func (m *Model) checkPair(p Pair) error {
 // pair: [Σ len(Response)] float32, and the entropies alike when cfg.Entropy (else
 // nil). Gradients flow when grad mode is on, for the PPO update.
 //
-// Each chunk of positions gathers its target logit and subtracts a float32
-// logsumexp, so only [chunk, vocab] logits exist at a time in the forward pass.
-// With gradients, autograd keeps each chunk's logits for the backward pass, so
-// training memory still grows with tokens × vocab.
+// The log-probs are computed chunk by chunk (see chunkLogProbs). With gradients,
+// autograd keeps each chunk's logits for the backward pass, so training memory still
+// grows with tokens × vocab.
 func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
 	cfg = cfg.withDefaults()
 	for i, p := range pairs {
@@ -184,72 +183,76 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 	}
 	n := int64(len(at))
 	if n == 0 || len(pairs) == 0 {
-		lp = empty([]int64{0}, gotch.Float, m.device)
+		lp = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
 		if cfg.Entropy {
-			ent = empty([]int64{0}, gotch.Float, m.device)
+			ent = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
 		}
 		return lp, ent, nil
 	}
 	ids, pos, bias := m.inputs(b)
 	h := m.hidden(ids, pos, bias, nil, nil)
-	freeAll(ids, pos, bias)
-	idx := rawFromHost(at, []int64{n}, gotch.Int64, m.device)
-	flat := h.reshape(int64(b.Rows*b.Width), -1)
-	sel := flat.indexSelect(0, idx)
-	freeAll(h, flat, idx)
-	defer sel.free()
-	tgt := rawFromHost(target, []int64{n, 1}, gotch.Int64, m.device)
-	defer tgt.free()
-
-	var lps, ents []raw
-	for s := int64(0); s < n; s += int64(cfg.Chunk) {
-		c := min(int64(cfg.Chunk), n-s)
-		hc := sel.narrow(0, s, c)
-		logits := m.logits(hc) // [c, vocab] float32
-		hc.free()
-		if cfg.Temperature != 1 {
-			t := logits.divScalar(cfg.Temperature)
-			logits.free()
-			logits = t
-		}
-		lse := logits.logsumexpLast() // [c]
-		tc := tgt.narrow(0, s, c)
-		g := logits.gather(1, tc)
-		gs := g.squeeze(1)
-		lps = append(lps, gs.sub(lse))
-		freeAll(tc, g, gs)
-		if cfg.Entropy {
-			// H = lse − Σ softmax·logits
-			p := logits.softmaxLastFloat()
-			pl := p.mul(logits)
-			sum := pl.sumLast()
-			ents = append(ents, lse.sub(sum))
-			freeAll(p, pl, sum)
-		}
-		freeAll(lse, logits)
-	}
-	lp = catFree(lps).wrap()
+	torch.Free(ids, pos, bias)
+	idx := torch.RawFromHost(at, []int64{n}, m.device)
+	flat := h.Reshape(int64(b.Rows*b.Width), -1)
+	sel := flat.IndexSelect(0, idx)
+	torch.Free(h, flat, idx)
+	defer sel.Free()
+	tgt := torch.RawFromHost(target, []int64{n, 1}, m.device)
+	defer tgt.Free()
+	l, e := m.chunkLogProbs(sel, tgt, cfg)
+	lp = l.Wrap()
 	if cfg.Entropy {
-		ent = catFree(ents).wrap()
+		ent = e.Wrap()
 	}
 	return lp, ent, nil
 }
 
-// catFree concatenates xs (at least one) along dim 0 and frees the parts.
-func catFree(xs []raw) raw {
-	if len(xs) == 1 {
-		return xs[0]
+// chunkLogProbs maps hidden states sel: [n, hidden] and targets tgt: [n, 1] int64
+// to log softmax(logits/T)[target]: [n] float32 and, when cfg.Entropy, each
+// position's entropy: [n] float32 (else the zero Raw). Each chunk of cfg.Chunk
+// positions gathers its target logit and subtracts a float32 logsumexp, so only
+// [chunk, vocab] logits exist at a time in the forward pass.
+func (m *Model) chunkLogProbs(sel, tgt torch.Raw, cfg ScoreConfig) (lp, ent torch.Raw) {
+	n := sel.Size()[0]
+	var lps, ents []torch.Raw
+	for s := int64(0); s < n; s += int64(cfg.Chunk) {
+		c := min(int64(cfg.Chunk), n-s)
+		hc := sel.Narrow(0, s, c)
+		logits := m.logits(hc) // [c, vocab] float32
+		hc.Free()
+		if cfg.Temperature != 1 {
+			t := logits.DivScalar(cfg.Temperature)
+			logits.Free()
+			logits = t
+		}
+		lse := logits.LogsumexpLast() // [c]
+		tc := tgt.Narrow(0, s, c)
+		g := logits.Gather(1, tc)
+		gs := g.Squeeze(1)
+		lps = append(lps, gs.Sub(lse))
+		torch.Free(tc, g, gs)
+		if cfg.Entropy {
+			// H = lse − Σ softmax·logits
+			p := logits.SoftmaxLastFloat()
+			pl := p.Mul(logits)
+			sum := pl.SumLast()
+			ents = append(ents, lse.Sub(sum))
+			torch.Free(p, pl, sum)
+		}
+		torch.Free(lse, logits)
 	}
-	defer freeAll(xs...)
-	return rawCat(xs, 0)
+	lp = catFree(lps)
+	if cfg.Entropy {
+		ent = catFree(ents)
+	}
+	return lp, ent
 }
 
-// catDrop concatenates xs (at least one) along dim 0 and frees the parts.
-func catDrop(xs []*ts.Tensor) *ts.Tensor {
+// catFree concatenates xs (at least one) along dim 0 and frees the parts.
+func catFree(xs []torch.Raw) torch.Raw {
 	if len(xs) == 1 {
 		return xs[0]
 	}
-	out := cat(xs, 0)
-	torch.Drop(xs...)
-	return out
+	defer torch.Free(xs...)
+	return torch.RawCat(xs, 0)
 }

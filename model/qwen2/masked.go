@@ -2,10 +2,8 @@ package qwen2
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
-
-	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
 )
@@ -149,11 +147,10 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 			return nil, fmt.Errorf("branch scores: tree %d: %w", i, err)
 		}
 	}
-	prev, err := ts.GradSetEnabled(false)
-	if err != nil {
-		return nil, err
-	}
-	defer ts.GradSetEnabled(prev)
+	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.SetGrad(torch.SetGrad(false))
 	out = make([][][]float32, len(trees))
 	for _, batch := range treeBatches(trees, cfg.TokenBudget) {
 		sub := make([]Tree, len(batch))
@@ -228,8 +225,8 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 	w := p.width
 	cache := m.NewCache(p.rows, w)
 	defer cache.Drop()
-	var parts []*ts.Tensor // selected hidden states, chunk by chunk
-	defer func() { torch.Drop(parts...) }()
+	var parts []torch.Raw // selected hidden states, chunk by chunk
+	defer func() { torch.Free(parts...) }()
 	var order []int64 // order[k] = index into p.at of the k-th selected state
 	for s := 0; s < w; s += treeChunk {
 		k := min(treeChunk, w-s)
@@ -253,59 +250,35 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 			}
 		}
 		shape := []int64{int64(p.rows), int64(k)}
-		it := fromHost(ids, shape, gotch.Int64, m.device)
-		pt := fromHost(pos, shape, gotch.Int64, m.device)
-		mt := fromHost(mask, []int64{int64(p.rows), 1, int64(k), int64(s + k)}, gotch.Bool, m.device)
-		h := m.Hidden(it, pt, mt, cache)
-		torch.Drop(it, pt, mt)
+		it := torch.RawFromHost(ids, shape, m.device)
+		pt := torch.RawFromHost(pos, shape, m.device)
+		mt := torch.RawFromHost(mask, []int64{int64(p.rows), 1, int64(k), int64(s + k)}, m.device)
+		bias := maskBias(mt, m.dtype)
+		h := m.hidden(it, pt, bias, cache, nil)
+		torch.Free(it, pt, mt, bias)
 		if len(sel) == 0 {
-			h.MustDrop()
+			h.Free()
 			continue
 		}
-		flat := reshape(h, int64(p.rows*k), -1)
-		idx := fromHost(sel, []int64{int64(len(sel))}, gotch.Int64, m.device)
-		parts = append(parts, indexSelect(flat, 0, idx))
-		torch.Drop(h, flat, idx)
+		flat := h.Reshape(int64(p.rows*k), -1)
+		idx := torch.RawFromHost(sel, []int64{int64(len(sel))}, m.device)
+		parts = append(parts, flat.IndexSelect(0, idx))
+		torch.Free(h, flat, idx)
 	}
-	all := cat(parts, 0) // [n, hidden] in chunk order
+	all := torch.RawCat(parts, 0) // [n, hidden] in chunk order
 	// inverse[i] = row of all holding p.at[i]'s state
 	inverse := make([]int64, n)
 	for k, i := range order {
 		inverse[i] = int64(k)
 	}
-	inv := fromHost(inverse, []int64{n}, gotch.Int64, m.device)
-	sel := indexSelect(all, 0, inv)
-	torch.Drop(all, inv)
-	defer sel.MustDrop()
-	tgt := fromHost(p.target, []int64{n, 1}, gotch.Int64, m.device)
-	defer tgt.MustDrop()
-	lp := m.selectiveLogProbs(sel, tgt, cfg)
-	defer lp.MustDrop()
-	return toHost(lp), nil
-}
-
-// selectiveLogProbs maps hidden states sel: [n, hidden] and targets tgt: [n, 1] int64
-// to log softmax(logits/T)[target]: [n] float32, cfg.Chunk rows of logits at a time
-// (the same arithmetic as LogProbTensor's loop, without the entropy).
-func (m *Model) selectiveLogProbs(sel, tgt *ts.Tensor, cfg ScoreConfig) *ts.Tensor {
-	n := sel.MustSize()[0]
-	var lps []*ts.Tensor
-	for s := int64(0); s < n; s += int64(cfg.Chunk) {
-		c := min(int64(cfg.Chunk), n-s)
-		hc := narrow(sel, 0, s, c)
-		logits := m.Logits(hc) // [c, vocab] float32
-		hc.MustDrop()
-		if cfg.Temperature != 1 {
-			t := divScalar(logits, cfg.Temperature)
-			logits.MustDrop()
-			logits = t
-		}
-		lse := logsumexpLast(logits) // [c]
-		tc := narrow(tgt, 0, s, c)
-		g := gather(logits, 1, tc)
-		gs := squeeze(g, 1)
-		lps = append(lps, sub(gs, lse))
-		torch.Drop(tc, g, gs, lse, logits)
-	}
-	return catDrop(lps)
+	inv := torch.RawFromHost(inverse, []int64{n}, m.device)
+	sel := all.IndexSelect(0, inv)
+	torch.Free(all, inv)
+	defer sel.Free()
+	tgt := torch.RawFromHost(p.target, []int64{n, 1}, m.device)
+	defer tgt.Free()
+	cfg.Entropy = false
+	lp, _ := m.chunkLogProbs(sel, tgt, cfg)
+	defer lp.Free()
+	return torch.ToHost[float32](lp), nil
 }

@@ -10,6 +10,7 @@ package qwen2
 import (
 	"fmt"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -21,14 +22,14 @@ type Linear struct {
 }
 
 // Forward maps x: [..., in] to [..., out].
-func (l *Linear) Forward(x *ts.Tensor) *ts.Tensor { return l.forward(of(x)).wrap() }
+func (l *Linear) Forward(x *ts.Tensor) *ts.Tensor { return l.forward(torch.Of(x)).Wrap() }
 
-func (l *Linear) forward(x raw) raw {
-	b := none
+func (l *Linear) forward(x torch.Raw) torch.Raw {
+	b := torch.None
 	if l.Bias != nil {
-		b = of(l.Bias)
+		b = torch.Of(l.Bias)
 	}
-	return x.linear(of(l.Weight), b)
+	return x.Linear(torch.Of(l.Weight), b)
 }
 
 // RMSNorm is x / sqrt(mean(x²) + eps) · weight, computed in float32 and cast back
@@ -40,28 +41,28 @@ type RMSNorm struct {
 
 // Forward normalises x: [..., hidden] over its last dimension.
 func (n *RMSNorm) Forward(x *ts.Tensor) *ts.Tensor {
-	return n.forward(of(x), &pass{grad: gradEnabled()}).wrap()
+	return n.forward(torch.Of(x), &pass{grad: torch.GradEnabled()}).Wrap()
 }
 
-func (n *RMSNorm) forward(x raw, p *pass) raw {
-	dt := x.dtype()
+func (n *RMSNorm) forward(x torch.Raw, p *pass) torch.Raw {
+	dt := x.DType()
 	xf := x
 	if dt != gotch.Float {
-		xf = x.toDType(gotch.Float)
+		xf = x.ToDType(gotch.Float)
 	}
-	sq := xf.square()
-	v := sq.meanLast()
-	sq.free()
-	v.addScalar_(n.Eps) // neither mean nor add saves its output for backward
-	v.rsqrt_()
-	y := xf.mul(v)
-	v.free()
+	sq := xf.Square()
+	v := sq.MeanLast()
+	sq.Free()
+	v.AddScalar_(n.Eps) // neither mean nor add saves its output for backward
+	v.Rsqrt_()
+	y := xf.Mul(v)
+	v.Free()
 	if dt != gotch.Float {
-		yt := y.toDType(dt)
-		freeAll(y, xf)
+		yt := y.ToDType(dt)
+		torch.Free(y, xf)
 		y = yt
 	}
-	return p.mul(y, of(n.Weight)) // y·weight is weight·y bit for bit
+	return p.mul(y, torch.Of(n.Weight)) // y·weight is weight·y bit for bit
 }
 
 // MLP is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
@@ -73,22 +74,22 @@ type MLP struct {
 
 // Forward maps x: [batch, seq, hidden] to [batch, seq, hidden].
 func (m *MLP) Forward(x *ts.Tensor) *ts.Tensor {
-	return m.forward(of(x), &pass{grad: gradEnabled()}, nil).wrap()
+	return m.forward(torch.Of(x), &pass{grad: torch.GradEnabled()}, nil).Wrap()
 }
 
 // forward is Forward, through f's fused gate and up projection when f is not nil.
-func (m *MLP) forward(x raw, p *pass, f *fused) raw {
-	var g, u raw
+func (m *MLP) forward(x torch.Raw, p *pass, f *fused) torch.Raw {
+	var g, u torch.Raw
 	if f == nil {
 		g, u = m.Gate.forward(x), m.Up.forward(x)
 	} else {
-		gu := x.linear(f.gateUp, none)
-		g, u = gu.narrow(-1, 0, f.inter), gu.narrow(-1, f.inter, f.inter)
-		gu.free()
+		gu := x.Linear(f.gateUp, torch.None)
+		g, u = gu.Narrow(-1, 0, f.inter), gu.Narrow(-1, f.inter, f.inter)
+		gu.Free()
 	}
 	h := p.mul(p.silu(g), u)
-	u.free()
-	defer h.free()
+	u.Free()
+	defer h.Free()
 	return m.Down.forward(h)
 }
 
@@ -105,19 +106,19 @@ type DecoderLayer struct {
 func (l *DecoderLayer) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
 	p := callerPass(x, cos, sin, mask, l.Attn.headDim)
 	defer p.free()
-	return l.forward(of(x), p, kv, nil).wrap()
+	return l.forward(torch.Of(x), p, kv, nil).Wrap()
 }
 
-func (l *DecoderLayer) forward(x raw, p *pass, kv *layerCache, f *fused) raw {
+func (l *DecoderLayer) forward(x torch.Raw, p *pass, kv *layerCache, f *fused) torch.Raw {
 	n := l.InputNorm.forward(x, p)
 	r := l.Attn.forward(n, p, kv, f)
-	n.free()
-	r.add_(x) // the residual x + attn, which commutes bit for bit; o_proj saves only its input
+	n.Free()
+	r.Add_(x) // the residual x + attn, which commutes bit for bit; o_proj saves only its input
 	n = l.PostNorm.forward(r, p)
 	out := l.MLP.forward(n, p, f)
-	n.free()
-	out.add_(r)
-	r.free()
+	n.Free()
+	out.Add_(r)
+	r.Free()
 	return out
 }
 
@@ -140,28 +141,28 @@ type Model struct {
 // hidden states [batch, seq, hidden]. With a cache, past = cache.Len(); the new
 // keys and values are appended and the cache advances by seq.
 func (m *Model) Hidden(ids, pos, mask *ts.Tensor, cache *Cache) *ts.Tensor {
-	bias := maskBias(of(mask), m.dtype)
-	defer bias.free()
-	return m.hidden(of(ids), of(pos), bias, cache, nil).wrap()
+	bias := maskBias(torch.Of(mask), m.dtype)
+	defer bias.Free()
+	return m.hidden(torch.Of(ids), torch.Of(pos), bias, cache, nil).Wrap()
 }
 
 // hidden is Hidden with the mask given as an additive bias: [b, 1, t, past+t] in
 // the model dtype (see maskBias), through fused projections fs when not nil.
-func (m *Model) hidden(ids, pos, bias raw, cache *Cache, fs []fused) raw {
-	size := ids.size()
+func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch.Raw {
+	size := ids.Size()
 	b, t := size[0], size[1]
 	past := int64(0)
 	if cache != nil {
 		past = cache.len
 	}
-	if bs := bias.size(); len(bs) != 4 || bs[0] != b || bs[1] != 1 || bs[2] != t || bs[3] != past+t {
+	if bs := bias.Size(); len(bs) != 4 || bs[0] != b || bs[1] != 1 || bs[2] != t || bs[3] != past+t {
 		panic(fmt.Sprintf("attention: mask %v for ids %v after %d cached slots, want [%d 1 %d %d]", bs, size, past, b, t, past+t))
 	}
-	p := &pass{b: b, t: t, keys: past + t, headDim: m.rope.d, bias: bias, grad: gradEnabled()}
+	p := &pass{b: b, t: t, keys: past + t, headDim: m.rope.d, bias: bias, grad: torch.GradEnabled()}
 	p.cos, p.sin = m.rope.at(pos, b, t)
-	p.bias5 = bias.view(b, 1, 1, t, past+t)
+	p.bias5 = bias.View(b, 1, 1, t, past+t)
 	defer p.free()
-	h := of(m.Embed).embedding(ids)
+	h := torch.Of(m.Embed).Embedding(ids)
 	for i, l := range m.Layers {
 		var kv *layerCache
 		if cache != nil {
@@ -172,30 +173,30 @@ func (m *Model) hidden(ids, pos, bias raw, cache *Cache, fs []fused) raw {
 			f = &fs[i]
 		}
 		next := l.forward(h, p, kv, f)
-		h.free()
+		h.Free()
 		h = next
 	}
 	if cache != nil {
 		cache.advance(t)
 	}
-	defer h.free()
+	defer h.Free()
 	return m.Norm.forward(h, p)
 }
 
 // Logits maps hidden states h: [..., hidden] to float32 logits [..., vocab].
-func (m *Model) Logits(h *ts.Tensor) *ts.Tensor { return m.logits(of(h)).wrap() }
+func (m *Model) Logits(h *ts.Tensor) *ts.Tensor { return m.logits(torch.Of(h)).Wrap() }
 
-func (m *Model) logits(h raw) raw {
+func (m *Model) logits(h torch.Raw) torch.Raw {
 	w := m.Embed
 	if m.LMHead != nil {
 		w = m.LMHead.Weight
 	}
-	y := h.linear(of(w), none)
+	y := h.Linear(torch.Of(w), torch.None)
 	if m.dtype == gotch.Float {
 		return y
 	}
-	defer y.free()
-	return y.toDType(gotch.Float)
+	defer y.Free()
+	return y.ToDType(gotch.Float)
 }
 
 // Forward is Logits(Hidden(ids, pos, mask, cache)): float32 [batch, seq, vocab].

@@ -44,16 +44,18 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
 	return out
 }
 
-// liveTensors counts tensors gotch has created and not yet freed, and the raw
-// handles of this package's hot paths not yet freed.
-func liveTensors() int { return len(ts.ExistingTensors) + int(liveRaws.Load()) }
+// liveTensors counts live tensors and raw handles (torch.Live).
+func liveTensors() int { return torch.Live() }
+
+// floats copies t to the host as float32.
+func floats(t *ts.Tensor) []float32 { return torch.ToHost[float32](torch.Of(t)) }
 
 // fullLogits runs one forward over each sequence alone and returns [pos][vocab].
 func fullLogits(m *Model, seq []int64) [][]float32 {
 	b := NewBatch([][]int64{seq}, []int{0}, nil, 0)
 	ids, pos, mask := m.tensors(b)
 	logits := m.Forward(ids, pos, mask, nil)
-	flat := toHost(logits)
+	flat := floats(logits)
 	torch.Drop(ids, pos, mask, logits)
 	v := m.Config.VocabSize
 	out := make([][]float32, len(seq))
@@ -92,7 +94,7 @@ func TestCacheMatchesFull(t *testing.T) {
 	valid := b.Valid
 	ids, pos, mask := m.tensors(b)
 	logits := m.Forward(ids, pos, mask, cache)
-	got := toHost(logits)
+	got := floats(logits)
 	torch.Drop(ids, pos, mask, logits)
 	v := m.Config.VocabSize
 	for r := range 2 {
@@ -110,7 +112,7 @@ func TestCacheMatchesFull(t *testing.T) {
 		valid = b.Valid
 		ids, pos, mask := m.tensors(b)
 		logits := m.Forward(ids, pos, mask, cache)
-		got := toHost(logits)
+		got := floats(logits)
 		torch.Drop(ids, pos, mask, logits)
 		for r := range 2 {
 			if d := maxAbsDiff(got[r*v:(r+1)*v], want[r][n[r]]); d > 1e-4 {

@@ -3,6 +3,7 @@ package qwen2
 import (
 	"math"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -14,11 +15,11 @@ type pass struct {
 	headDim int64
 	// cos, sin: [b, t, 1, headDim], the rotary tables at the tokens' positions with
 	// sin signed as rope.sin.
-	cos, sin raw
+	cos, sin torch.Raw
 	// bias: [b, 1, t, keys] is added to the attention scores: 0 where a query may
 	// attend, -inf elsewhere; bias5: [b, 1, 1, t, keys] is a view of it that
 	// broadcasts over grouped query heads. The pass frees bias5, not bias.
-	bias, bias5 raw
+	bias, bias5 torch.Raw
 	// grad is set while autograd records ops: then ops whose input a backward formula
 	// saves run out of place.
 	grad bool
@@ -29,59 +30,52 @@ type pass struct {
 // arguments: x: [b, t, hidden], cos, sin: [b, 1, t, headDim] and a boolean mask:
 // [b, 1, t, keys].
 func callerPass(x, cos, sin, mask *ts.Tensor, headDim int64) *pass {
-	s, ms := of(x).size(), of(mask).size()
-	p := &pass{b: s[0], t: s[1], keys: ms[3], headDim: headDim, grad: gradEnabled()}
+	s, ms := torch.Of(x).Size(), torch.Of(mask).Size()
+	p := &pass{b: s[0], t: s[1], keys: ms[3], headDim: headDim, grad: torch.GradEnabled()}
 	signed := signHalf(sin)
 	defer signed.MustDrop()
-	p.cos, p.sin = of(cos).transpose(1, 2), of(signed).transpose(1, 2)
-	p.bias = maskBias(of(mask), of(x).dtype())
-	p.bias5 = p.bias.view(p.b, 1, 1, p.t, p.keys)
+	p.cos, p.sin = torch.Of(cos).Transpose(1, 2), torch.Of(signed).Transpose(1, 2)
+	p.bias = maskBias(torch.Of(mask), torch.Of(x).DType())
+	p.bias5 = p.bias.View(p.b, 1, 1, p.t, p.keys)
 	p.own = true
 	return p
 }
 
 // free releases the pass's tensors.
 func (p *pass) free() {
-	freeAll(p.cos, p.sin, p.bias5)
+	torch.Free(p.cos, p.sin, p.bias5)
 	if p.own {
-		p.bias.free()
+		p.bias.Free()
 	}
 }
 
 // maskBias turns a boolean mask (true = may attend) into the additive bias that
 // SDPA's math path builds from it: 0 where true, -inf where false, in dtype dt.
-func maskBias(mask raw, dt gotch.DType) raw {
-	b := mask.where(0, math.Inf(-1))
+func maskBias(mask torch.Raw, dt gotch.DType) torch.Raw {
+	b := mask.Where(0, math.Inf(-1))
 	if dt == gotch.Float {
 		return b
 	}
-	defer b.free()
-	return b.toDType(dt)
+	defer b.Free()
+	return b.ToDType(dt)
 }
 
 // mul is a·b, in a's storage unless autograd records; it consumes a.
-func (p *pass) mul(a, b raw) raw {
+func (p *pass) mul(a, b torch.Raw) torch.Raw {
 	if p.grad {
-		defer a.free()
-		return a.mul(b)
+		defer a.Free()
+		return a.Mul(b)
 	}
-	a.mul_(b)
+	a.Mul_(b)
 	return a
 }
 
 // silu is silu(a), in a's storage unless autograd records; it consumes a.
-func (p *pass) silu(a raw) raw {
+func (p *pass) silu(a torch.Raw) torch.Raw {
 	if p.grad {
-		defer a.free()
-		return a.silu()
+		defer a.Free()
+		return a.Silu()
 	}
-	a.silu_()
+	a.Silu_()
 	return a
-}
-
-// freeAll frees every raw in xs.
-func freeAll(xs ...raw) {
-	for _, x := range xs {
-		x.free()
-	}
 }

@@ -21,7 +21,7 @@ type rope struct {
 // Qwen2RotaryEmbedding: inv_freq = 1 / theta^(arange(0, d, 2)/d), freqs =
 // pos ⊗ inv_freq, emb = [freqs, freqs], then cos/sin cast to the model dtype
 // (RoFormer, https://arxiv.org/abs/2104.09864). It runs once per model, so it uses
-// gotch's generated ops despite their per-call slot leak (see ops.go).
+// gotch's generated ops despite their per-call slot leak (see model/torch/ops.go).
 func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
 	d := int64(c.HeadDim())
 	idx := torch.Must(ts.ArangeStartStep(ts.IntScalar(0), ts.IntScalar(d), ts.IntScalar(2), gotch.Int64, gotch.CPU))
@@ -45,28 +45,28 @@ func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
 
 // signHalf is x: [..., d] with its first d/2 entries of the last dimension negated.
 func signHalf(x *ts.Tensor) *ts.Tensor {
-	r := of(x)
-	s := r.size()
+	r := torch.Of(x)
+	s := r.Size()
 	d := s[len(s)-1]
-	lo, hi := r.narrow(-1, 0, d/2), r.narrow(-1, d/2, d/2)
-	n := lo.neg()
-	out := rawCat([]raw{n, hi}, -1)
-	lo.free()
-	hi.free()
-	n.free()
-	return out.wrap()
+	lo, hi := r.Narrow(-1, 0, d/2), r.Narrow(-1, d/2, d/2)
+	n := lo.Neg()
+	out := torch.RawCat([]torch.Raw{n, hi}, -1)
+	lo.Free()
+	hi.Free()
+	n.Free()
+	return out.Wrap()
 }
 
 // at gathers the tables at pos: [batch, seq] int64 into cos, sin: [batch, seq, 1,
 // headDim], sin signed as in rope.sin.
-func (r *rope) at(pos raw, b, t int64) (cos, sin raw) {
-	flat := pos.reshape(-1)
+func (r *rope) at(pos torch.Raw, b, t int64) (cos, sin torch.Raw) {
+	flat := pos.Reshape(-1)
 	d := r.d
-	c, s := of(r.cos).indexSelect(0, flat), of(r.sin).indexSelect(0, flat)
-	cos, sin = c.view(b, t, 1, d), s.view(b, t, 1, d)
-	flat.free()
-	c.free()
-	s.free()
+	c, s := torch.Of(r.cos).IndexSelect(0, flat), torch.Of(r.sin).IndexSelect(0, flat)
+	cos, sin = c.View(b, t, 1, d), s.View(b, t, 1, d)
+	flat.Free()
+	c.Free()
+	s.Free()
 	return cos, sin
 }
 
@@ -74,13 +74,13 @@ func (r *rope) at(pos raw, b, t int64) (cos, sin raw) {
 // rotate_half convention, x·cos + [-x₂, x₁]·sin where x₁, x₂ are the two halves of
 // the last dimension (not interleaved pairs); cos, sin: [batch, seq, 1, headDim]
 // from at. Same ops on the same values as HF's apply_rotary_pos_emb.
-func rotate(x, cos, sin raw, p *pass) raw {
+func rotate(x, cos, sin torch.Raw, p *pass) torch.Raw {
 	d := p.headDim
-	out := x.mul(cos)
-	rh := x.roll(d / 2)
+	out := x.Mul(cos)
+	rh := x.Roll(d / 2)
 	rh = p.mul(rh, sin)
-	out.add_(rh)
-	rh.free()
+	out.Add_(rh)
+	rh.Free()
 	return out
 }
 

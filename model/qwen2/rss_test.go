@@ -29,8 +29,8 @@ func rssKB(t *testing.T) int {
 
 // TestRSSFlat runs 1500 forward passes after a warm-up and checks resident memory
 // stays within 2 MB (measured: about 0.2 MB). Through gotch's generated wrappers a
-// two-layer model grew by about 5 KB per pass (see ops.go), which here would be
-// several MB.
+// two-layer model grew by about 5 KB per pass (see model/torch/ops.go), which here
+// would be several MB.
 func TestRSSFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 1500 forward passes")

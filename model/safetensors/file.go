@@ -71,15 +71,6 @@ type Info struct {
 	Offset, Size int64
 }
 
-// NumElements is the product of the shape (1 for a scalar).
-func (i Info) NumElements() int64 {
-	n := int64(1)
-	for _, d := range i.Shape {
-		n *= d
-	}
-	return n
-}
-
 // File is an open safetensors file. Its methods are safe for concurrent use: reads
 // go through ReadAt.
 type File struct {

@@ -2,8 +2,8 @@ package torch
 
 import (
 	"fmt"
+	"runtime"
 
-	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -27,36 +27,21 @@ func Check(err error) {
 	}
 }
 
-// Drop frees tensors now instead of leaving them to finalizers; nil entries are skipped.
-func Drop(xs ...*ts.Tensor) {
-	for _, x := range xs {
-		if x != nil {
-			x.MustDrop()
-		}
-	}
-}
-
 // Catch converts a panic raised by tensor code into *err, prefixed with what; use it
-// deferred in an exported function with a named error result.
+// deferred in an exported function with a named error result. It converts the panics
+// of Must and Check (libtorch errors) and the shape checks' messages. A runtime.Error
+// (a nil dereference, an index out of range) is a bug, not a failed op: Catch panics
+// again with it, and since the panicking frames are not yet unwound, the crash prints
+// the stack of the original fault (house review 2026-12-01 §3.4).
 func Catch(what string, err *error) {
-	if r := recover(); r != nil {
-		if e, ok := r.(error); ok {
-			*err = fmt.Errorf("%s: %w", what, e)
-			return
-		}
+	r := recover()
+	switch r := r.(type) {
+	case nil:
+	case runtime.Error:
+		panic(r)
+	case error:
+		*err = fmt.Errorf("%s: %w", what, r)
+	default:
 		*err = fmt.Errorf("%s: %v", what, r)
-	}
-}
-
-// InPlace runs one of gotch's generated in-place ops on t and frees the handle it
-// supersedes. The generated wrappers (libtch/torch_api_generated.cpp.h, e.g.
-// atg_addcmul_) return a fresh torch::Tensor handle to the same storage and overwrite
-// the Go tensor's pointer with it without deleting the old one, which would keep the
-// storage referenced, and so alive, after t is dropped.
-func InPlace(t *ts.Tensor, op func() error) {
-	old := t.Ctensor()
-	Check(op())
-	if t.Ctensor() != old {
-		lib.AtFree(lib.Ctensor(old))
 	}
 }

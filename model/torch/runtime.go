@@ -1,5 +1,8 @@
-// Package torch holds the process-wide libtorch runtime: the linked version, the
-// intra-op thread pool and device selection. Only tensor code imports it.
+// Package torch is mempo's libtorch layer, under the model and the trainer: the
+// process-wide runtime (the linked version, the intra-op thread pool, devices, grad
+// mode), raw tensor handles and the ops the hot paths run on them (raw.go, ops.go),
+// the copies between Go memory and tensors (host.go), dtypes (dtype.go), and the
+// routing of libtorch errors into Go errors (errors.go). Only tensor code imports it.
 package torch
 
 // #cgo CXXFLAGS: -std=c++17
@@ -13,6 +16,7 @@ import (
 	"fmt"
 
 	"github.com/sugarme/gotch"
+	lib "github.com/sugarme/gotch/libtch"
 )
 
 // BoundHeap fixes glibc's mmap threshold (see runtime.cpp) so that peak RSS stays flat
@@ -62,4 +66,24 @@ func Device(name string) (gotch.Device, error) {
 	default:
 		return gotch.CPU, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
 	}
+}
+
+// GradEnabled reports whether autograd records ops on this OS thread, which rules
+// out in-place ops on tensors a backward formula saves.
+func GradEnabled() bool {
+	prev := SetGrad(false)
+	SetGrad(prev)
+	return prev
+}
+
+// SetGrad sets this OS thread's grad mode and returns the previous one; callers pin
+// the goroutine with runtime.LockOSThread first. libtch widens the C int it returns by
+// reading eight bytes from a four-byte variable, so only the low 32 bits are the mode;
+// gotch's GradSetEnabled compares all 64 and reports false for a stray high bit.
+func SetGrad(on bool) bool {
+	v := 0
+	if on {
+		v = 1
+	}
+	return int32(lib.AtGradSetEnabled(v)) != 0
 }

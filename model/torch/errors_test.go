@@ -1,0 +1,76 @@
+package torch
+
+import (
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// catching runs f under Catch("op", &err) and returns err and what Catch panicked
+// with, if anything.
+func catching(f func()) (err error, repanic any) {
+	defer func() { repanic = recover() }()
+	func() {
+		defer Catch("op", &err)
+		f()
+	}()
+	return err, nil
+}
+
+func TestCatch(t *testing.T) {
+	a := RawZeros([]int64{2, 3}, gotch.Float, gotch.CPU)
+	defer a.Free()
+	b := Must(ts.Zeros([]int64{2, 3}, gotch.Float, gotch.CPU))
+	defer b.MustDrop()
+	tests := []struct {
+		name    string
+		f       func()
+		wantErr string // substring of the error; "" when Catch must panic again
+	}{
+		{"libtorch error", func() { a.Matmul(a).Free() }, "op: Libtorch API Error: mat1 and mat2 shapes"},
+		{"gotch error through Must", func() { Must(b.Matmul(b, false)) }, "op: Matmul() failed: Libtorch API Error"},
+		{"shape check message", func() { panic("attention: mask [2 1] for ids [2 3]") }, "op: attention: mask [2 1]"},
+		{"nil dereference", func() {
+			var p *struct{ x int }
+			_ = p.x
+		}, ""},
+		{"index out of range", func() {
+			var s []int64
+			_ = s[len(a.Size())]
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := Live()
+			err, repanic := catching(tc.f)
+			if got := Live(); got != base {
+				t.Errorf("Live() = %d after the op, want %d", got, base)
+			}
+			if tc.wantErr == "" {
+				if _, ok := repanic.(runtime.Error); !ok || err != nil {
+					t.Fatalf("Catch gave error %v and panicked with %v, want a runtime.Error panic", err, repanic)
+				}
+				return
+			}
+			if repanic != nil {
+				t.Fatalf("Catch panicked with %v, want error %q", repanic, tc.wantErr)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Catch gave error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestCatchWraps checks that an error panic stays in the chain for errors.Is.
+func TestCatchWraps(t *testing.T) {
+	sentinel := errors.New("sentinel")
+	err, _ := catching(func() { Check(sentinel) })
+	if !errors.Is(err, sentinel) {
+		t.Errorf("errors.Is(%v, sentinel) = false, want true", err)
+	}
+}
