@@ -20,26 +20,26 @@ func TestDirDigest(t *testing.T) {
 	}
 	write("config.json", "{}")
 	write("model.safetensors", "weights")
-	base, err := DirDigest(dir)
+	base, err := dirDigest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	write(".lock", "pid 1")
 	write(MetricsName, `{"timing_s": 3.2}`)
 	write(".tmp/x", "scratch")
-	if got, err := DirDigest(dir); err != nil || got != base {
-		t.Errorf("DirDigest after adding dot files and a metrics record = %s, %v; want unchanged %s", got, err, base)
+	if got, err := dirDigest(dir); err != nil || got != base {
+		t.Errorf("dirDigest after adding dot files and a metrics record = %s, %v; want unchanged %s", got, err, base)
 	}
 	write("model.safetensors", "weights2")
-	if got, _ := DirDigest(dir); got == base {
-		t.Error("DirDigest did not change when a file's bytes changed")
+	if got, _ := dirDigest(dir); got == base {
+		t.Error("dirDigest did not change when a file's bytes changed")
 	}
 	write("model.safetensors", "weights")
 	write("sub/tokenizer.json", "{}")
-	if got, _ := DirDigest(dir); got == base {
-		t.Error("DirDigest did not change when a file was added")
+	if got, _ := dirDigest(dir); got == base {
+		t.Error("dirDigest did not change when a file was added")
 	}
-	if _, err := DirDigest(t.TempDir()); err == nil {
-		t.Error("DirDigest of an empty dir = nil error, want error")
+	if _, err := dirDigest(t.TempDir()); err == nil {
+		t.Error("dirDigest of an empty dir = nil error, want error")
 	}
 }

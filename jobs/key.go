@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/mempo/mempo/format"
 )
 
 // revision is the VCS revision the binary was built from. The Makefile sets it with
@@ -31,14 +33,15 @@ func (k Key) Short() string { return k.String()[:12] }
 
 // Hash accumulates a key's preimage line by line. When debug is not nil every line is
 // echoed to it as written, so "why did this rerun?" is answered by diffing two preimages.
+// Keys are built only through KeySpec, so every output is keyed the same way.
 type Hash struct {
 	name  string
 	h     hash.Hash
 	debug io.Writer
 }
 
-// NewHash starts a preimage called name (it labels debug output only).
-func NewHash(name string, debug io.Writer) *Hash {
+// newHash starts a preimage called name (it labels debug output only).
+func newHash(name string, debug io.Writer) *Hash {
 	return &Hash{name: name, h: sha256.New(), debug: debug}
 }
 
@@ -140,19 +143,53 @@ func CanonicalJSON(v any) ([]byte, error) {
 	return json.Marshal(tree)
 }
 
-// key computes the cache key of spec's output; part selects a part run's key, the whole
-// plan when zero.
-func (r *runner) key(part Part) Key {
-	h := NewHash("stage "+r.spec.Stage, r.spec.KeyDebug)
-	h.Line("stage", r.spec.Stage)
-	h.Line("code", r.code)
-	h.Line("schema", fmt.Sprintf("%s@%d", r.spec.Kind, r.spec.SchemaVersion))
-	sum := sha256.Sum256(r.config)
+// KeySpec names everything an output depends on, for its cache key: datasets and
+// checkpoints alike are keyed by it, so the same change invalidates both the same way.
+type KeySpec struct {
+	Stage string
+	// Schema names the output's kind and layout version, e.g. "rollouts@2" or
+	// CheckpointSchema.
+	Schema string
+	// Config is the canonical JSON (CanonicalJSON) of the stage's resolved config; it is
+	// keyed by its sha256.
+	Config []byte
+	// Inputs are keyed by name and digest, never by path: moving an input is no change,
+	// and a moved dataset stays a cache hit. A stage whose output depends on a file's
+	// name keys that name in its config (the import's stems).
+	Inputs []format.Input
+	Seed   int64
+}
+
+// Key returns the cache key of s; debug, when not nil, receives its preimage.
+func (s KeySpec) Key(debug io.Writer) Key { return s.hash(debug).Sum() }
+
+// hash writes the lines every key shares — stage, code version, schema, config digest,
+// one line per input, seed on its own line — and returns the hash for callers that add
+// lines of their own (a dataset's shard plan and part).
+func (s KeySpec) hash(debug io.Writer) *Hash {
+	h := newHash("stage "+s.Stage, debug)
+	h.Line("stage", s.Stage)
+	h.Line("code", CodeVersion())
+	h.Line("schema", s.Schema)
+	sum := sha256.Sum256(s.Config)
 	h.Line("config", hex.EncodeToString(sum[:]))
-	for _, in := range r.spec.Inputs {
-		h.Line("input", in.Name, in.Path, in.Digest)
+	for _, in := range s.Inputs {
+		h.Line("input", in.Name, in.Digest)
 	}
-	h.Line("seed", strconv.FormatInt(r.spec.Seed, 10))
+	h.Line("seed", strconv.FormatInt(s.Seed, 10))
+	return h
+}
+
+// key computes the cache key of spec's output: KeySpec's lines, then the size of the
+// shard plan and, for a part run, the part.
+func (r *runner) key(part Part) Key {
+	h := KeySpec{
+		Stage:  r.spec.Stage,
+		Schema: fmt.Sprintf("%s@%d", r.spec.Kind, r.spec.SchemaVersion),
+		Config: r.config,
+		Inputs: r.spec.Inputs,
+		Seed:   r.spec.Seed,
+	}.hash(r.spec.KeyDebug)
 	h.Line("shards", strconv.Itoa(r.spec.Shards))
 	if !part.Whole() {
 		h.Line("part", part.String())

@@ -2,9 +2,13 @@ package jobs
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/format"
 )
 
@@ -22,7 +26,7 @@ func TestHashLineQuoting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var debug bytes.Buffer
-			h := NewHash("t", &debug)
+			h := newHash("t", &debug)
 			h.Line("input", tt.fields...)
 			got := debug.String()
 			if want := "HASH[t]: " + quoteGo(tt.want) + "\n"; got != want {
@@ -31,7 +35,7 @@ func TestHashLineQuoting(t *testing.T) {
 		})
 	}
 	// Two field lists that would join to the same text must hash differently.
-	a, b := NewHash("a", nil), NewHash("b", nil)
+	a, b := newHash("a", nil), newHash("b", nil)
 	a.Line("input", "x y", "z")
 	b.Line("input", "x", "y z")
 	if a.Sum() == b.Sum() {
@@ -70,7 +74,7 @@ func TestKeyPreimage(t *testing.T) {
 	got := debug.String()
 	for _, want := range []string{
 		`"stage test\n"`, `"code ` + CodeVersion(), `"schema probe@1\n"`, `"config `,
-		`"input prompts in/prompts sha256:00\n"`, `"seed 7\n"`, `"shards 5\n"`, "= " + k.String(),
+		`"input prompts sha256:00\n"`, `"seed 7\n"`, `"shards 5\n"`, "= " + k.String(),
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("preimage lacks %s:\n%s", want, got)
@@ -78,6 +82,36 @@ func TestKeyPreimage(t *testing.T) {
 	}
 	if strings.Contains(got, "part") {
 		t.Errorf("whole-plan preimage has a part line:\n%s", got)
+	}
+	if strings.Contains(got, "in/prompts") {
+		t.Errorf("preimage keys an input's path:\n%s", got)
+	}
+}
+
+// TestKeySpecLines checks the preimage every key starts with — a checkpoint's has
+// exactly these lines, a dataset's adds its shard plan after them — in order.
+func TestKeySpecLines(t *testing.T) {
+	var debug bytes.Buffer
+	conf, err := CanonicalJSON(map[string]any{"lr": 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := KeySpec{Stage: "update", Schema: CheckpointSchema, Config: conf, Seed: -3,
+		Inputs: []format.Input{{Name: "policy", Path: "runs/a/policy", Digest: "checkpoint:ab"}, {Name: "rollouts", Path: "r", Digest: "dataset:cd"}}}
+	k := spec.Key(&debug)
+	sum := sha256.Sum256(conf)
+	var want strings.Builder
+	for _, line := range []string{"stage update\n", "code " + CodeVersion() + "\n", "schema checkpoint@1\n",
+		"config " + hex.EncodeToString(sum[:]) + "\n", "input policy checkpoint:ab\n", "input rollouts dataset:cd\n", "seed -3\n"} {
+		fmt.Fprintf(&want, "HASH[stage update]: %q\n", line)
+	}
+	fmt.Fprintf(&want, "HASH[stage update] = %s\n", k)
+	if diff := cmp.Diff(want.String(), debug.String()); diff != "" {
+		t.Errorf("KeySpec preimage (-want +got):\n%s", diff)
+	}
+	spec.Inputs[0].Path = "elsewhere"
+	if got := spec.Key(nil); got != k {
+		t.Errorf("Key after moving an input = %s, want %s", got, k)
 	}
 }
 
@@ -106,6 +140,10 @@ func TestKeyChanges(t *testing.T) {
 		{"config value", func(s *Spec) { s.Config = map[string]any{"rows": 11, "width": 3} }, Part{}, false},
 		{"seed", func(s *Spec) { s.Seed = 8 }, Part{}, false},
 		{"input digest", func(s *Spec) { s.Inputs = []format.Input{{Name: "prompts", Path: "in/prompts", Digest: "sha256:01"}} }, Part{}, false},
+		{"input path is not keyed: moving an input is no change", func(s *Spec) {
+			s.Inputs = []format.Input{{Name: "prompts", Path: "moved/prompts", Digest: "sha256:00"}}
+		}, Part{}, true},
+		{"input name", func(s *Spec) { s.Inputs = []format.Input{{Name: "questions", Path: "in/prompts", Digest: "sha256:00"}} }, Part{}, false},
 		{"shards", func(s *Spec) { s.Shards = 6 }, Part{}, false},
 		{"schema", func(s *Spec) { s.SchemaVersion = 2 }, Part{}, false},
 		{"stage", func(s *Spec) { s.Stage = "other" }, Part{}, false},

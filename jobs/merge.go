@@ -34,7 +34,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stage %s: merge: %w", r.spec.Stage, err)
 	}
-	release, err := lock(dir+".lock", lockInfo{PID: os.Getpid(), Host: r.spec.Host, Time: r.now().UTC()}, r.spec.alive, r.log)
+	release, err := r.spec.lock(dir, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: merge: %w", r.spec.Stage, err)
 	}

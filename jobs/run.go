@@ -2,8 +2,10 @@
 // stage's output by everything it depends on, returns a cache hit without work, runs
 // the stage's shard plan under a lock in a temp dir named by the key, records each
 // finished shard so a killed run resumes, and commits by rename with the manifest as
-// the commit record. It deals in files, digests and manifests; stages write their
-// shard files with whatever writer they use.
+// the commit record. Checkpoints are committed the same way (Begin, Artifact.Publish,
+// snapshots for resume), with checkpoint.json as their commit record, under the same
+// lock and keyed by the same KeySpec. It deals in files, digests and records; stages
+// write their shard and weight files with whatever writer they use.
 package jobs
 
 import (
@@ -85,8 +87,8 @@ type Spec struct {
 	alive     func(pid int) bool
 }
 
-// WithDefaults fills the optional runtime fields: a discarding log and stdout, and the
-// wall clock. Stages that run outside Run (checkpoint writers) start from it too.
+// WithDefaults fills the optional runtime fields: a discarding log and stdout, the wall
+// clock and this host's name. Checkpoint writers (Begin) start from it too.
 func (s Spec) WithDefaults() Spec {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
@@ -97,7 +99,25 @@ func (s Spec) WithDefaults() Spec {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
+	if s.Host == "" {
+		var err error
+		if s.Host, err = os.Hostname(); err != nil {
+			s.Host = "localhost"
+		}
+	}
+	if s.writeFile == nil {
+		s.writeFile = renameio.WriteFile
+	}
+	if s.alive == nil {
+		s.alive = renameio.ProcessAlive
+	}
 	return s
+}
+
+// lock takes the lock of the output dir for this process (lock.go), as every writer of
+// a committed directory does.
+func (s Spec) lock(dir string, log *slog.Logger) (release func(), err error) {
+	return lock(dir+".lock", lockInfo{PID: os.Getpid(), Host: s.Host, Time: s.Now().UTC()}, s.alive, log)
 }
 
 // Step names a point in a run, reported to Spec.Trace.
@@ -193,17 +213,6 @@ func newRunner(spec Spec) (*runner, error) {
 	}
 	spec = spec.WithDefaults()
 	r := &runner{spec: spec, log: spec.Log.With("stage", spec.Stage), now: spec.Now, code: CodeVersion(), config: config}
-	if r.spec.Host == "" {
-		if r.spec.Host, err = os.Hostname(); err != nil {
-			r.spec.Host = "localhost"
-		}
-	}
-	if r.spec.writeFile == nil {
-		r.spec.writeFile = renameio.WriteFile
-	}
-	if r.spec.alive == nil {
-		r.spec.alive = renameio.ProcessAlive
-	}
 	if r.spec.Inputs == nil {
 		r.spec.Inputs = []format.Input{}
 	}
@@ -234,7 +243,7 @@ func (r *runner) run(ctx context.Context, fn WorkFunc) (*Result, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("stage %s: %w", r.spec.Stage, err)
 	}
-	release, err := lock(dir+".lock", lockInfo{PID: os.Getpid(), Host: r.spec.Host, Time: r.now().UTC()}, r.spec.alive, r.log)
+	release, err := r.spec.lock(dir, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", r.spec.Stage, err)
 	}

@@ -57,10 +57,10 @@ $(TASK)/task.json: $(CODE)
 $(INDEX)/mempo_index.json: $(TASK)/task.json
 	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@
 
-$(INIT)/init.json: $(TASK)/task.json $(PROTOCOL)
+$(INIT)/checkpoint.json: $(TASK)/task.json $(PROTOCOL)
 	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
-$(SFT)/checkpoint.json: $(INIT)/init.json $(INDEX)/mempo_index.json
+$(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
 	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(STAGE_FLAGS) --out $(SFT) && touch $@
 
 # policy_dir(variant, k): the policy iteration k+1 starts from (k = 0: the SFT model).

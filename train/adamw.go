@@ -122,7 +122,7 @@ func NewAdamW(params []Param, cfg AdamWConfig) (o *AdamW, err error) {
 			return nil, fmt.Errorf("adamw: parameter %q appears twice: %w", p.Name, ErrInput)
 		case p.T == nil || !defined(p.T):
 			return nil, fmt.Errorf("adamw: parameter %q has no tensor: %w", p.Name, ErrInput)
-		case !isFloating(p.T.DType()):
+		case !torch.IsFloating(p.T.DType()):
 			return nil, fmt.Errorf("adamw: parameter %q has dtype %v, want a floating dtype: %w", p.Name, p.T.DType(), ErrInput)
 		}
 		seen[p.Name] = true
@@ -225,7 +225,7 @@ func (o *AdamW) Step() (st StepStats, err error) {
 
 	total := gradNorm(grads)
 	defer total.MustDrop()
-	st.GradNorm = value(total)
+	st.GradNorm = torch.Item(total)
 	if math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		return StepStats{GradNorm: st.GradNorm}, fmt.Errorf("adamw step %d: gradient norm %v: %w", k, st.GradNorm, ErrNonFinite)
 	}
@@ -260,10 +260,10 @@ func gradNorm(grads []*ts.Tensor) *ts.Tensor {
 // clipGrads scales grads in place by min(1, maxNorm/(total + 1e-6)), computed on the
 // device as clip_grad_norm_ does (Python's max_norm / t is t.reciprocal() * max_norm).
 func clipGrads(grads []*ts.Tensor, total *ts.Tensor, maxNorm float64) {
-	d := torch.Must(total.AddScalar(scalar(1e-6), false))
+	d := torch.Must(total.AddScalar(torch.Scalar(1e-6), false))
 	r := torch.Must(d.Reciprocal(true))
-	c := torch.Must(r.MulScalar(scalar(maxNorm), true))
-	coef := torch.Must(c.ClampMax(scalar(1), true))
+	c := torch.Must(r.MulScalar(torch.Scalar(maxNorm), true))
+	coef := torch.Must(c.ClampMax(torch.Scalar(1), true))
 	defer coef.MustDrop()
 	for _, g := range grads {
 		if g != nil {
@@ -287,12 +287,12 @@ func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
 
 	s.step++
 	// float64(·) keeps the products from fusing into FMAs, which Python never does.
-	torch.InPlace(target, func() error { return target.MulScalar_(scalar(1 - float64(lr*c.WeightDecay))) })
-	torch.InPlace(s.expAvg, func() error { return s.expAvg.Lerp_(g, scalar(1-c.Beta1)) })
-	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.MulScalar_(scalar(c.Beta2)) })
+	torch.InPlace(target, func() error { return target.MulScalar_(torch.Scalar(1 - float64(lr*c.WeightDecay))) })
+	torch.InPlace(s.expAvg, func() error { return s.expAvg.Lerp_(g, torch.Scalar(1-c.Beta1)) })
+	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.MulScalar_(torch.Scalar(c.Beta2)) })
 	// addcmul_(g, g, value=1−β2) computes v + value·g·g left to right; gotch's addcmul
 	// takes no value, so the product is formed in the same order first.
-	sg := torch.Must(g.MulScalar(scalar(1-c.Beta2), false))
+	sg := torch.Must(g.MulScalar(torch.Scalar(1-c.Beta2), false))
 	sgg := torch.Must(sg.Mul(g, true))
 	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.Add_(sgg) })
 	sgg.MustDrop()
@@ -303,17 +303,17 @@ func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
 	stepSize := lr / bc1
 	bc2Sqrt := math.Sqrt(bc2)
 	root := torch.Must(s.expAvgSq.Sqrt(false))
-	scaled := torch.Must(root.DivScalar(scalar(bc2Sqrt), true))
-	denom := torch.Must(scaled.AddScalar(scalar(c.Eps), true))
+	scaled := torch.Must(root.DivScalar(torch.Scalar(bc2Sqrt), true))
+	denom := torch.Must(scaled.AddScalar(torch.Scalar(c.Eps), true))
 	// addcdiv_(m, denom, value=−step_size) computes θ + value·m/denom.
-	num := torch.Must(s.expAvg.MulScalar(scalar(-stepSize), false))
+	num := torch.Must(s.expAvg.MulScalar(torch.Scalar(-stepSize), false))
 	delta := torch.Must(num.Div(denom, true))
 	denom.MustDrop()
 	torch.InPlace(target, func() error { return target.Add_(delta) })
 	delta.MustDrop()
 
 	if s.master != nil {
-		copyInto(param, s.master)
+		torch.Copy(param, s.master)
 	}
 }
 

@@ -158,7 +158,7 @@ func TestAdvantageSignMovesProbability(t *testing.T) {
 		logp := func() float64 {
 			mb, done := e.micro(t, l, 0, 1, gotch.Float)
 			defer done()
-			return value(mb.Logp)
+			return torch.Item(mb.Logp)
 		}
 		before := logp()
 		e.old[0][0], e.ref[0][0], e.adv[0][0] = before, before, adv
@@ -356,7 +356,7 @@ func TestLoadStateRejects(t *testing.T) {
 			// Scribble on every tensor so a partial load would show.
 			for _, v := range st {
 				if v.DType() != gotch.Int64 {
-					torch.InPlace(v, func() error { return v.Fill_(scalar(42)) })
+					torch.InPlace(v, func() error { return v.Fill_(torch.Scalar(42)) })
 				}
 			}
 			tt.edit(st)

@@ -4,12 +4,13 @@ import (
 	"math"
 	"testing"
 
+	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
-// liveTensors counts tensors gotch has created and not yet freed.
-func liveTensors() int { return len(ts.ExistingTensors) }
+// liveTensors counts live tensors and raw handles (torch.Live).
+func liveTensors() int { return torch.Live() }
 
 // checkLeaks fails t unless the live tensor count is back at base when t ends.
 func checkLeaks(t *testing.T) {

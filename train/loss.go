@@ -1,17 +1,15 @@
-// Package train holds the tensor math of the PPO update stage (DESIGN.md §7): the
-// clipped and dual-clipped policy loss, the KL penalty to the reference policy, the
-// entropy bonus, their aggregation over a mini-batch split into micro-batches, and an
-// AdamW optimizer whose state can be saved and restored exactly.
-//
-// The per-token formulas are those of the float64 host reference in train/ppo
-// (ppo.go), which follows verl's core_algos; the tests compare the two. Every tensor an
-// exported function creates and does not return is dropped before it returns.
+// The policy loss, the KL penalty and the entropy bonus on tensors (DESIGN.md §7): the
+// per-token formulas are those of the float64 host reference in train/ppo, which follows
+// verl's core_algos; the tests compare the two. Every tensor an exported function
+// creates and does not return is dropped before it returns.
+
 package train
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train/ppo"
@@ -94,7 +92,7 @@ func checkAgg(mode Agg, divisor float64) error {
 //	x: [batch, resp_len] floating, m: [batch, resp_len] bool → []
 func aggregate(x, m *ts.Tensor, mode Agg, divisor float64) *ts.Tensor {
 	dt := x.DType()
-	kept := torch.Must(x.WhereScalarother(m, scalar(0), false))
+	kept := torch.Must(x.WhereScalarother(m, torch.Scalar(0), false))
 	var sum *ts.Tensor
 	switch mode {
 	case ppo.AggTokenMean, ppo.AggSeqMeanTokenSum:
@@ -105,24 +103,24 @@ func aggregate(x, m *ts.Tensor, mode Agg, divisor float64) *ts.Tensor {
 		cnt := torch.Must(m.SumDimIntlist([]int64{1}, false, dt, false))
 		// A row without tokens has a zero sum; dividing it by 1 keeps it out of the
 		// result instead of making it NaN.
-		cnt1 := torch.Must(cnt.ClampMin(scalar(1), true))
+		cnt1 := torch.Must(cnt.ClampMin(torch.Scalar(1), true))
 		per := torch.Must(rows.Div(cnt1, true))
 		cnt1.MustDrop()
 		sum = torch.Must(per.Sum(dt, true))
 	default:
 		panic(fmt.Sprintf("aggregate: unknown mode %q", string(mode)))
 	}
-	return torch.Must(sum.DivScalar(scalar(divisor), true))
+	return torch.Must(sum.DivScalar(torch.Scalar(divisor), true))
 }
 
 // maskedSum is Σ x over the mask, without gradient, on the host. x: [batch, resp_len].
 func maskedSum(x, m *ts.Tensor) float64 {
 	d := torch.Must(x.Detach(false))
 	f := torch.Must(d.Totype(gotch.Double, true))
-	kept := torch.Must(f.WhereScalarother(m, scalar(0), true))
+	kept := torch.Must(f.WhereScalarother(m, torch.Scalar(0), true))
 	s := torch.Must(kept.Sum(gotch.Double, true))
 	defer s.MustDrop()
-	return value(s)
+	return torch.Item(s)
 }
 
 // PolicyStats are the policy-loss metrics of a micro-batch. Loss is the micro-batch's
@@ -200,20 +198,20 @@ func PolicyLoss(logp, oldLogp, adv, mask *ts.Tensor, c Clip, mode Agg, divisor f
 	lp := torch.Must(logp.Totype(dt, false))
 	old := torch.Must(oldLogp.Totype(dt, false))
 	a := torch.Must(adv.Totype(dt, false))
-	m := torch.Must(mask.Ne(scalar(0), false))
+	m := torch.Must(mask.Ne(torch.Scalar(0), false))
 	defer torch.Drop(lp, old, a, m)
 
 	diff := torch.Must(lp.Sub(old, false))
-	negKL := torch.Must(diff.Clamp(scalar(-ppo.RatioClamp), scalar(ppo.RatioClamp), true))
+	negKL := torch.Must(diff.Clamp(torch.Scalar(-ppo.RatioClamp), torch.Scalar(ppo.RatioClamp), true))
 	ratio := torch.Must(negKL.Exp(false))
 	negA := torch.Must(a.Neg(false))
 	l1 := torch.Must(negA.Mul(ratio, false))
-	clipped := torch.Must(ratio.Clamp(scalar(1-c.Low), scalar(1+c.High), false))
+	clipped := torch.Must(ratio.Clamp(torch.Scalar(1-c.Low), torch.Scalar(1+c.High), false))
 	l2 := torch.Must(negA.Mul(clipped, false))
 	lclip := torch.Must(l1.Maximum(l2, false))
-	l3 := torch.Must(negA.MulScalar(scalar(c.DualC), false))
+	l3 := torch.Must(negA.MulScalar(torch.Scalar(c.DualC), false))
 	dual := torch.Must(l3.Minimum(lclip, false))
-	neg := torch.Must(a.Lt(scalar(0), false))
+	neg := torch.Must(a.Lt(torch.Scalar(0), false))
 	perToken := torch.Must(dual.WhereSelf(neg, lclip, false))
 	defer torch.Drop(negKL, ratio, negA, l1, clipped, l2, lclip, l3, dual, neg, perToken)
 
@@ -232,7 +230,7 @@ func PolicyLoss(logp, oldLogp, adv, mask *ts.Tensor, c Clip, mode Agg, divisor f
 	}
 	st.Tokens = int(tokens)
 	loss = aggregate(perToken, m, mode, divisor)
-	st.Loss = value(loss)
+	st.Loss = torch.Item(loss)
 	return loss, st, nil
 }
 
@@ -249,15 +247,15 @@ func klTokens(logp, refLogp *ts.Tensor, kind KL) *ts.Tensor {
 	case ppo.KLK2:
 		d := torch.Must(logp.Sub(refLogp, false))
 		sq := torch.Must(d.Square(true))
-		return torch.Must(sq.MulScalar(scalar(0.5), true))
+		return torch.Must(sq.MulScalar(torch.Scalar(0.5), true))
 	case ppo.KLK3:
 		diff := torch.Must(refLogp.Sub(logp, false))
-		d := torch.Must(diff.Clamp(scalar(-ppo.KLDiffClamp), scalar(ppo.KLDiffClamp), true))
+		d := torch.Must(diff.Clamp(torch.Scalar(-ppo.KLDiffClamp), torch.Scalar(ppo.KLDiffClamp), true))
 		e := torch.Must(d.Exp(false))
 		ed := torch.Must(e.Sub(d, true))
 		d.MustDrop()
-		k := torch.Must(ed.SubScalar(scalar(1), true))
-		return torch.Must(k.Clamp(scalar(-ppo.KLClamp), scalar(ppo.KLClamp), true))
+		k := torch.Must(ed.SubScalar(torch.Scalar(1), true))
+		return torch.Must(k.Clamp(torch.Scalar(-ppo.KLClamp), torch.Scalar(ppo.KLClamp), true))
 	}
 	panic(fmt.Sprintf("kl estimator %q: want k1, k2 or k3", string(kind)))
 }
@@ -292,12 +290,12 @@ func KLPenalty(logp, refLogp, mask *ts.Tensor, kind KL, mode Agg, divisor float6
 	dt := computeType(logp)
 	lp := torch.Must(logp.Totype(dt, false))
 	ref := torch.Must(refLogp.Totype(dt, false))
-	m := torch.Must(mask.Ne(scalar(0), false))
+	m := torch.Must(mask.Ne(torch.Scalar(0), false))
 	defer torch.Drop(lp, ref, m)
 	per := klTokens(lp, ref, kind)
 	defer per.MustDrop()
 	kl = aggregate(per, m, mode, divisor)
-	return kl, value(kl), nil
+	return kl, torch.Item(kl), nil
 }
 
 // Entropy is the mean entropy of the policy's next-token distributions, aggregated
@@ -319,7 +317,7 @@ func Entropy(logits, mask *ts.Tensor, mode Agg, divisor float64) (h *ts.Tensor, 
 	}
 	dt := computeType(logits)
 	z := torch.Must(logits.Totype(dt, false))
-	m := torch.Must(mask.Ne(scalar(0), false))
+	m := torch.Must(mask.Ne(torch.Scalar(0), false))
 	defer torch.Drop(z, m)
 
 	lse := torch.Must(z.Logsumexp([]int64{-1}, false, false))
@@ -330,5 +328,26 @@ func Entropy(logits, mask *ts.Tensor, mode Agg, divisor float64) (h *ts.Tensor, 
 	expect.MustDrop()
 	defer per.MustDrop()
 	h = aggregate(per, m, mode, divisor)
-	return h, value(h), nil
+	return h, torch.Item(h), nil
+}
+
+// computeType is the dtype the losses are computed in: float64 stays, anything else is
+// computed in float32, as verl computes log-probs and losses in fp32 under bf16 training.
+func computeType(t *ts.Tensor) gotch.DType {
+	if t.DType() == gotch.Double {
+		return gotch.Double
+	}
+	return gotch.Float
+}
+
+// sameShape panics unless every tensor of xs has the shape of the first; what names the
+// call and names its arguments in order.
+func sameShape(what string, names []string, xs ...*ts.Tensor) []int64 {
+	want := xs[0].MustSize()
+	for i, x := range xs[1:] {
+		if got := x.MustSize(); !slices.Equal(got, want) {
+			panic(fmt.Sprintf("%s: %s has shape %v, %s has %v; want equal shapes", what, names[i+1], got, names[0], want))
+		}
+	}
+	return want
 }

@@ -72,7 +72,7 @@ func TestPolicyLossMatchesReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer loss.MustDrop()
-				if v := value(loss); v != got.Loss {
+				if v := torch.Item(loss); v != got.Loss {
 					t.Errorf("loss tensor = %v, stats pg_loss = %v; want equal", v, got.Loss)
 				}
 				for _, c := range []struct {

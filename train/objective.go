@@ -141,7 +141,7 @@ func (o Objective) Loss(mb Micro, divisor float64) (*ts.Tensor, Stats, error) {
 func addScaled(acc, x *ts.Tensor, k float64) (out *ts.Tensor, err error) {
 	defer torch.Drop(acc, x)
 	defer torch.Catch("objective", &err)
-	kx := torch.Must(x.MulScalar(scalar(k), false))
+	kx := torch.Must(x.MulScalar(torch.Scalar(k), false))
 	defer kx.MustDrop()
 	return torch.Must(acc.Add(kx, false)), nil
 }

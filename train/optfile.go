@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"unsafe"
 
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/model/torch"
@@ -14,11 +13,6 @@ import (
 
 // OptimizerFile is the optimizer state's file in a checkpoint directory.
 const OptimizerFile = "optimizer.safetensors"
-
-var stTypes = map[gotch.DType]safetensors.DType{
-	gotch.Float: safetensors.F32, gotch.Double: safetensors.F64, gotch.BFloat16: safetensors.BF16,
-	gotch.Half: safetensors.F16, gotch.Int64: safetensors.I64,
-}
 
 // SaveOptimizer writes o.State() to path as safetensors, one tensor at a time through
 // host memory; the keys are State's, so the file reads like a PyTorch optimizer
@@ -41,16 +35,14 @@ func SaveOptimizer(path string, o *AdamW) (err error) {
 	var tensors []safetensors.Tensor
 	for _, name := range names {
 		t := st[name]
-		dt, ok := stTypes[t.DType()]
+		dt, ok := torch.ToSafetensors(t.DType())
 		if !ok {
 			return fmt.Errorf("save optimizer %s: %q has dtype %v, no safetensors dtype: %w", path, name, t.DType(), ErrInput)
 		}
 		tensors = append(tensors, safetensors.Tensor{Name: name, DType: dt, Shape: t.MustSize(),
 			WriteData: func(w io.Writer) (err error) {
 				defer torch.Catch("save optimizer "+name, &err)
-				b := hostBytes(t)
-				_, err = w.Write(b)
-				return err
+				return torch.Write(w, t)
 			}})
 	}
 	meta := safetensors.DefaultMetadata()
@@ -78,19 +70,13 @@ func LoadOptimizer(path string, o *AdamW) (err error) {
 	}()
 	defer torch.Catch("load optimizer "+path, &err)
 	for _, info := range f.Tensors() {
-		var dt gotch.DType
-		found := false
-		for g, s := range stTypes {
-			if s == info.DType {
-				dt, found = g, true
-			}
-		}
-		if !found {
+		dt, ok := torch.FromSafetensors(info.DType)
+		if !ok {
 			return fmt.Errorf("load optimizer %s: %q has dtype %s, want F32, F64, BF16, F16 or I64: %w", path, info.Name, info.DType, ErrInput)
 		}
-		t := zerosCPU(info.Shape, dt)
+		t := torch.RawZeros(info.Shape, dt, gotch.CPU).Wrap()
 		st[info.Name] = t
-		if err := f.ReadInto(info.Name, storage(t)); err != nil {
+		if err := f.ReadInto(info.Name, torch.Of(t).Bytes()); err != nil {
 			return fmt.Errorf("load optimizer: %w", err)
 		}
 	}
@@ -98,35 +84,4 @@ func LoadOptimizer(path string, o *AdamW) (err error) {
 		return fmt.Errorf("load optimizer %s: %w", path, err)
 	}
 	return nil
-}
-
-// zerosCPU allocates a zeroed CPU tensor; a 0-dim one is squeezed from [1], since
-// gotch's generated constructors index the shape slice and cannot take [].
-func zerosCPU(shape []int64, dt gotch.DType) *ts.Tensor {
-	if len(shape) == 0 {
-		t := torch.Must(ts.Zeros([]int64{1}, dt, gotch.CPU))
-		return torch.Must(t.SqueezeDim(0, true))
-	}
-	return torch.Must(ts.Zeros(shape, dt, gotch.CPU))
-}
-
-// hostBytes copies t's values, row-major, into a new byte slice.
-func hostBytes(t *ts.Tensor) []byte {
-	h := torch.Must(t.To(gotch.CPU, false))
-	c := torch.Must(h.Contiguous(true))
-	defer c.MustDrop()
-	return append([]byte(nil), storage(c)...)
-}
-
-// storage aliases the bytes of a contiguous CPU tensor; valid while t lives.
-func storage(t *ts.Tensor) []byte {
-	n := int(t.Numel()) * int(t.DType().Size())
-	if n == 0 {
-		return nil
-	}
-	ptr, err := t.DataPtr()
-	if err != nil {
-		panic(err)
-	}
-	return unsafe.Slice((*byte)(ptr), n)
 }

@@ -61,10 +61,7 @@ func clone(t *ts.Tensor) *ts.Tensor {
 }
 
 // count is n as an int64 0-dim tensor.
-func count(n int64) *ts.Tensor {
-	t := torch.Must(ts.OfSlice([]int64{n}))
-	return torch.Must(t.SqueezeDim(0, true))
-}
+func count(n int64) *ts.Tensor { return torch.FromHost([]int64{n}, nil, gotch.CPU) }
 
 // LoadState replaces the optimizer's state with st, as State wrote it: every key must be
 // present with the shape and dtype this optimizer holds, and no other key. Nothing
@@ -86,7 +83,7 @@ func (o *AdamW) LoadState(st map[string]*ts.Tensor) (err error) {
 		if t.DType() != gotch.Int64 || t.Numel() != 1 {
 			return 0, fmt.Errorf("adamw load state: key %q: dtype %v shape %v, want int64 []: %w", key, t.DType(), t.MustSize(), ErrInput)
 		}
-		v := value(t)
+		v := torch.Item(t)
 		if v < 0 || v != math.Trunc(v) {
 			return 0, fmt.Errorf("adamw load state: key %q: %v, want a count >= 0: %w", key, v, ErrInput)
 		}
@@ -138,7 +135,7 @@ func (o *AdamW) LoadState(st map[string]*ts.Tensor) (err error) {
 	}
 
 	for _, c := range copies {
-		copyInto(c.dst, c.src)
+		torch.Copy(c.dst, c.src)
 	}
 	for i := range o.slots {
 		o.slots[i].step = steps[i]

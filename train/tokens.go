@@ -24,10 +24,10 @@ func AggregateTokens(x, mask *ts.Tensor, mode Agg, divisor float64) (sum *ts.Ten
 	defer torch.Catch("aggregate tokens", &err)
 	sameShape("aggregate tokens", []string{"x", "mask"}, x, mask)
 	xf := torch.Must(x.Totype(computeType(x), false))
-	m := torch.Must(mask.Ne(scalar(0), false))
+	m := torch.Must(mask.Ne(torch.Scalar(0), false))
 	defer torch.Drop(xf, m)
 	sum = aggregate(xf, m, mode, divisor)
-	return sum, value(sum), nil
+	return sum, torch.Item(sum), nil
 }
 
 // SetLR sets the learning rate of the following steps to lr, with no warm-up: a

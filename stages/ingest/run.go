@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/mempo/mempo/format"
@@ -22,8 +23,9 @@ const DefaultShardRows = 10000
 var ErrConfig = errors.New("invalid import config")
 
 // RunConfig is the import as a cached stage. Its canonical JSON (the embedded Config
-// and ShardRows) is keyed and stored in the manifest; the input files enter the key by
-// path and digest instead, so editing a file recomputes and renaming one does too.
+// and ShardRows) is keyed and stored in the manifest with the input files' names
+// (keyedConfig); the files' bytes enter the key by digest, so editing a file recomputes
+// and renaming one does too, while moving one to another directory does not.
 type RunConfig struct {
 	Config
 	// Inputs are the question files, read in this order: composition groups questions
@@ -32,6 +34,15 @@ type RunConfig struct {
 	// ShardRows is the most prompts per shard; the plan is the fewest shards that
 	// respects it, with prompts spread evenly over them in import order.
 	ShardRows int `json:"shard_rows"`
+}
+
+// keyedConfig is what the import keys and records as its config: RunConfig and the base
+// name of each input file. Inputs are keyed by digest, never by path, but a file's
+// name is part of what it means here: its stem is the default data_source and split,
+// and its extension picks the reader.
+type keyedConfig struct {
+	RunConfig
+	Files []string `json:"files"`
 }
 
 // Run imports cfg.Inputs into a prompts dataset at spec.Out under the stage runtime.
@@ -54,12 +65,13 @@ func Run(ctx context.Context, cfg RunConfig, spec jobs.Spec) (*jobs.Result, erro
 	// Digest before reading: if a file changes in between, the key names the older
 	// bytes and the next run recomputes, never the reverse.
 	inputs := make([]format.Input, len(cfg.Inputs))
+	keyed := keyedConfig{RunConfig: cfg, Files: make([]string, len(cfg.Inputs))}
 	for i, p := range cfg.Inputs {
 		in, err := jobs.FileInput(fmt.Sprintf("questions-%d", i), p)
 		if err != nil {
 			return nil, fmt.Errorf("import: --input %s: %w", p, err)
 		}
-		inputs[i] = in
+		inputs[i], keyed.Files[i] = in, filepath.Base(p)
 	}
 	prompts, rep, err := Import(cfg.Inputs, cfg.Config)
 	if err != nil {
@@ -79,7 +91,7 @@ func Run(ctx context.Context, cfg RunConfig, spec jobs.Spec) (*jobs.Result, erro
 	n := len(prompts)
 	shards := (n + cfg.ShardRows - 1) / cfg.ShardRows
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindPrompts, format.PromptsVersion
-	spec.Config, spec.Inputs, spec.Shards = cfg, inputs, shards
+	spec.Config, spec.Inputs, spec.Shards = keyed, inputs, shards
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		lo, hi := w.Shard*n/shards, (w.Shard+1)*n/shards
 		if _, err := format.WriteFile(w.Path, prompts[lo:hi]); err != nil {

@@ -44,8 +44,8 @@ func TestRunImportsFixtures(t *testing.T) {
 	if diff := cmp.Diff([]int64{3, 3, 4}, perShard); diff != "" {
 		t.Errorf("rows per shard (-want +got):\n%s", diff)
 	}
-	if got, want := string(m.Config), `{"data_source":"","k":1,"shard_rows":4,"split":""}`; got != want {
-		t.Errorf("manifest config %s, want %s (inputs keyed by digest, not config)", got, want)
+	if got, want := string(m.Config), `{"data_source":"","files":["search_r1.parquet","verl_plain.parquet"],"k":1,"shard_rows":4,"split":""}`; got != want {
+		t.Errorf("manifest config %s, want %s (inputs keyed by digest, their names in the config)", got, want)
 	}
 	if len(m.Inputs) != 2 || m.Inputs[0].Path != fixtures[0] || !strings.HasPrefix(m.Inputs[1].Digest, "sha256:") {
 		t.Errorf("manifest inputs %+v, want both fixtures by sha256, in --input order", m.Inputs)
@@ -122,12 +122,19 @@ func TestRunInputChanges(t *testing.T) {
 		t.Errorf("changed bytes: Hit %v, same digest %v; want a recompute with another digest", changed.Hit, changed.Manifest.Digest() == first.Manifest.Digest())
 	}
 	// The same bytes under another name are another input (its stem is the
-	// data_source), so the key names the path too.
-	moved := filepath.Join(dir, "moved.jsonl")
+	// data_source), so the key names the file's name too; in another directory under
+	// the same name they are the same input.
 	b, _ := os.ReadFile(q)
-	os.WriteFile(moved, b, 0o644)
-	if run(moved).Hit {
+	renamed := filepath.Join(dir, "renamed.jsonl")
+	os.WriteFile(renamed, b, 0o644)
+	if run(renamed).Hit {
 		t.Errorf("input renamed: a cache hit, want a recompute")
+	}
+	os.MkdirAll(filepath.Join(dir, "elsewhere"), 0o755)
+	moved := filepath.Join(dir, "elsewhere", "renamed.jsonl")
+	os.WriteFile(moved, b, 0o644)
+	if !run(moved).Hit {
+		t.Errorf("input moved to another directory: a recompute, want a cache hit")
 	}
 }
 

@@ -15,8 +15,11 @@ import (
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/jobs/jobstest"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/safetensors"
 )
 
 // smallWorld is a small synthetic world: 24 people, 20 other entities, 12 questions.
@@ -92,7 +95,7 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 			}
 		}
 	})
-	want := []string{"config.json", "generation_config.json", "init.json", "model.safetensors", "tokenizer.json"}
+	want := []string{jobs.CommitFile, "config.json", "generation_config.json", safetensors.SingleFile, jobs.TokenizerFile}
 	if !slices.Equal(names, want) {
 		t.Fatalf("checkpoint files = %q, want %q", names, want)
 	}
@@ -107,7 +110,16 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 	}
 
 	dir := filepath.Join(root, "a")
-	tok, err := bpe.Load(filepath.Join(dir, TokenizerFile))
+	// init-model commits like every checkpoint writer: checkpoint.json, files 0644.
+	c, err := jobs.ReadCommit(dir)
+	if err != nil || c.Stage != Stage || len(c.Files) != len(want)-1 {
+		t.Errorf("ReadCommit(%s) = %+v, %v; want stage %s and the other %d files", dir, c, err, Stage, len(want)-1)
+	}
+	jobstest.CheckModes(t, dir)
+	if in, err := jobs.CheckpointInput("init", dir); err != nil || !strings.HasPrefix(in.Digest, "checkpoint:") {
+		t.Errorf("CheckpointInput(%s) = %+v, %v; want it keyed by its commit record", dir, in, err)
+	}
+	tok, err := bpe.Load(filepath.Join(dir, jobs.TokenizerFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,17 +170,21 @@ func TestRunCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := readDir(t, out)
-	st, _ := os.Stat(filepath.Join(out, WeightsFile))
+	st, _ := os.Stat(filepath.Join(out, safetensors.SingleFile))
 
 	again, err := Run(context.Background(), testConfig(), in, out, Options{})
 	if err != nil || !again.Hit {
 		t.Fatalf("second Run = hit %v, %v; want a cache hit", again != nil && again.Hit, err)
 	}
-	if again.Record.Key != first.Record.Key {
-		t.Errorf("cache hit record key %s, want %s", again.Record.Key, first.Record.Key)
+	if again.Key != first.Key || again.Commit.CacheKey != first.Key.String() {
+		t.Errorf("cache hit key %s (record %.12s), want %s", again.Key.Short(), again.Commit.CacheKey, first.Key.Short())
 	}
-	if st2, _ := os.Stat(filepath.Join(out, WeightsFile)); !st2.ModTime().Equal(st.ModTime()) {
-		t.Errorf("a cache hit rewrote %s", WeightsFile)
+	if again.TokenizerVocab != first.TokenizerVocab || again.ModelVocab != first.ModelVocab || again.Params != first.Params {
+		t.Errorf("cache hit reports tokenizer %d, vocab_size %d, %d params; the build reported %d, %d, %d",
+			again.TokenizerVocab, again.ModelVocab, again.Params, first.TokenizerVocab, first.ModelVocab, first.Params)
+	}
+	if st2, _ := os.Stat(filepath.Join(out, safetensors.SingleFile)); !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("a cache hit rewrote %s", safetensors.SingleFile)
 	}
 
 	forced, err := Run(context.Background(), testConfig(), in, out, Options{Force: true})
@@ -189,23 +205,23 @@ func TestRunCache(t *testing.T) {
 		t.Fatalf("Run with another seed = hit %v, %v; want a rebuild", other != nil && other.Hit, err)
 	}
 	now := readDir(t, out)
-	if bytes.Equal(now[WeightsFile], before[WeightsFile]) {
+	if bytes.Equal(now[safetensors.SingleFile], before[safetensors.SingleFile]) {
 		t.Errorf("seed 2 wrote the same weights as seed 1")
 	}
-	if !bytes.Equal(now[TokenizerFile], before[TokenizerFile]) {
+	if !bytes.Equal(now[jobs.TokenizerFile], before[jobs.TokenizerFile]) {
 		t.Errorf("the seed changed tokenizer.json; training has no randomness")
 	}
 
 	// A damaged checkpoint is a miss, rebuilt, not trusted.
-	if err := os.Truncate(filepath.Join(out, WeightsFile), 10); err != nil {
+	if err := os.Truncate(filepath.Join(out, safetensors.SingleFile), 10); err != nil {
 		t.Fatal(err)
 	}
 	fixed, err := Run(context.Background(), reseed, in, out, Options{})
 	if err != nil || fixed.Hit {
-		t.Fatalf("Run over a truncated %s = hit %v, %v; want a rebuild", WeightsFile, fixed != nil && fixed.Hit, err)
+		t.Fatalf("Run over a truncated %s = hit %v, %v; want a rebuild", safetensors.SingleFile, fixed != nil && fixed.Hit, err)
 	}
-	if got := readDir(t, out)[WeightsFile]; !bytes.Equal(got, now[WeightsFile]) {
-		t.Errorf("rebuilt %s differs from the first build of the same inputs", WeightsFile)
+	if got := readDir(t, out)[safetensors.SingleFile]; !bytes.Equal(got, now[safetensors.SingleFile]) {
+		t.Errorf("rebuilt %s differs from the first build of the same inputs", safetensors.SingleFile)
 	}
 }
 
@@ -268,7 +284,7 @@ func TestRunLearnsQuestions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := bpe.Load(filepath.Join(res.Dir, TokenizerFile))
+		tok, err := bpe.Load(filepath.Join(res.Dir, jobs.TokenizerFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +300,7 @@ func TestRunLearnsQuestions(t *testing.T) {
 	if with >= without {
 		t.Errorf("questions encode to %d tokens with --prompts, %d without; want fewer with", with, without)
 	}
-	if a.Record.Key == b.Record.Key || len(b.Record.Inputs) != 2 || !strings.HasPrefix(b.Record.Inputs[1].Digest, "dataset:") {
-		t.Errorf("--prompts is not keyed: keys %.12s and %.12s, inputs %+v", a.Record.Key, b.Record.Key, b.Record.Inputs)
+	if a.Key == b.Key || len(b.Commit.Inputs) != 2 || !strings.HasPrefix(b.Commit.Inputs[1].Digest, "dataset:") {
+		t.Errorf("--prompts is not keyed: keys %s and %s, inputs %+v", a.Key.Short(), b.Key.Short(), b.Commit.Inputs)
 	}
 }

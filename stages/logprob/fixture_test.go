@@ -56,20 +56,29 @@ func newModel(t testing.TB, tok *bpe.Tokenizer, seed uint64, edit func(*qwen2.Co
 	return m
 }
 
-// save writes m and tok as a checkpoint in dir and returns its digest.
+// save commits m and tok as a checkpoint at dir, as a training stage would, and
+// returns the digest its rollouts record.
 func save(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, dir string) string {
 	t.Helper()
-	if err := m.Save(dir, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := tok.Save(filepath.Join(dir, TokenizerFile)); err != nil {
-		t.Fatal(err)
-	}
-	d, err := jobs.DirDigest(dir)
+	art, _, err := jobs.Begin(jobs.Spec{Out: dir, Force: true}, jobs.Key{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	defer art.Release()
+	if err := m.Save(art.Tmp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tok.Save(filepath.Join(art.Tmp, jobs.TokenizerFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := art.Publish(jobs.Commit{Stage: "fixture"}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := jobs.CheckpointInput("policy", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs.DigestOf(in)
 }
 
 func narrow(ids []int64) []int32 {

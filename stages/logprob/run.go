@@ -20,9 +20,6 @@ import (
 // Stage is the logprob stage's name in cache keys and manifests.
 const Stage = "logprob"
 
-// TokenizerFile is the tokenizer's file name inside a checkpoint directory.
-const TokenizerFile = "tokenizer.json"
-
 // Inputs are what the stage reads.
 type Inputs struct {
 	Rollouts string // rollouts dataset
@@ -33,7 +30,7 @@ type Inputs struct {
 
 // Run writes a logprobs dataset with one shard per rollouts shard, rows in the
 // rollouts' (uid, sample, turn) order. Every rollout row must carry the policy
-// checkpoint's digest (jobs.DirDigest), else ErrPolicy. When the reference checkpoint
+// checkpoint's digest (jobs.CheckpointInput: its commit record's), else ErrPolicy. When the reference checkpoint
 // has the same digest as the policy, its log-probs are the old ones and no second pass
 // runs. Models load on the first shard that needs them, so a cache hit loads nothing.
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
@@ -67,10 +64,10 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 			return nil, err
 		}
 	}
-	if err := add(jobs.DirInput("policy", in.Policy)); err != nil {
+	if err := add(jobs.CheckpointInput("policy", in.Policy)); err != nil {
 		return nil, err
 	}
-	if err := add(jobs.DirInput("ref", in.Ref)); err != nil {
+	if err := add(jobs.CheckpointInput("ref", in.Ref)); err != nil {
 		return nil, err
 	}
 	log := spec.Log
@@ -79,7 +76,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	}
 	n := len(spec.Inputs)
 	st := &state{cfg: cfg, in: in, log: log,
-		policyDigest: strings.TrimPrefix(spec.Inputs[n-2].Digest, "dir:"),
+		policyDigest: jobs.DigestOf(spec.Inputs[n-2]),
 		reuseRef:     spec.Inputs[n-2].Digest == spec.Inputs[n-1].Digest}
 	defer st.drop()
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindLogprobs, format.LogprobsVersion
@@ -148,18 +145,18 @@ func (s *state) load() error {
 // sameTokenizer fails when both checkpoints hold a tokenizer.json and they differ: the
 // reference would then score other tokens than the ids the policy generated.
 func sameTokenizer(policy, ref string) error {
-	a, errA := os.ReadFile(filepath.Join(policy, TokenizerFile))
-	b, errB := os.ReadFile(filepath.Join(ref, TokenizerFile))
+	a, errA := os.ReadFile(filepath.Join(policy, jobs.TokenizerFile))
+	b, errB := os.ReadFile(filepath.Join(ref, jobs.TokenizerFile))
 	if errA == nil && errB == nil && !bytes.Equal(a, b) {
 		return fmt.Errorf("logprob: %s differs from %s: the reference must share the policy's tokenizer: %w",
-			filepath.Join(ref, TokenizerFile), filepath.Join(policy, TokenizerFile), ErrInput)
+			filepath.Join(ref, jobs.TokenizerFile), filepath.Join(policy, jobs.TokenizerFile), ErrInput)
 	}
 	return nil
 }
 
 // loadTargets tokenizes every question's gold answer with the policy's tokenizer.
 func (s *state) loadTargets() error {
-	path := filepath.Join(s.in.Policy, TokenizerFile)
+	path := filepath.Join(s.in.Policy, jobs.TokenizerFile)
 	tok, err := bpe.Load(path)
 	if err != nil {
 		return fmt.Errorf("logprob: policy tokenizer (the memory pass encodes the gold answers with it): %w", err)

@@ -163,7 +163,8 @@ func TestRunBadInput(t *testing.T) {
 			f.in.Policy, f.in.Ref = filepath.Join(filepath.Dir(nanDir), "policy"), filepath.Join(filepath.Dir(nanDir), "policy")
 			if tt.policy != "" {
 				f.in.Policy, f.in.Ref = tt.policy, tt.policy
-				d, _ := jobs.DirDigest(tt.policy)
+				in, _ := jobs.CheckpointInput("policy", tt.policy)
+				d := jobs.DigestOf(in)
 				for s := range f.rolls {
 					for j := range f.rolls[s] {
 						f.rolls[s][j].PolicyDigest = d

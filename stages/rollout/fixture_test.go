@@ -15,6 +15,7 @@ import (
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/stages/initmodel"
 )
@@ -89,7 +90,7 @@ func buildFixture() (*fixture, error) {
 	if _, err := initmodel.Run(context.Background(), icfg, initmodel.Inputs{Corpus: []string{corpus}}, f.policy, initmodel.Options{}); err != nil {
 		return nil, err
 	}
-	if f.tok, err = bpe.Load(filepath.Join(f.policy, TokenizerFile)); err != nil {
+	if f.tok, err = bpe.Load(filepath.Join(f.policy, jobs.TokenizerFile)); err != nil {
 		return nil, err
 	}
 	write := func(name string, ps []task.Prompt) (string, error) {

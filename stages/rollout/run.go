@@ -31,9 +31,6 @@ import (
 // Stage names the rollout stage in keys and manifests.
 const Stage = "rollout"
 
-// TokenizerFile is the tokenizer inside a policy checkpoint.
-const TokenizerFile = "tokenizer.json"
-
 // Run writes the rollouts of cfg and in into spec.Out under the stage runtime. The
 // caller sets spec's runtime fields (Out, Seed, Part, Merge, progress, …); Run sets the
 // stage's own. The policy is loaded only when a shard has to be computed, so a cache
@@ -75,9 +72,11 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 	if s.tok, err = policyTokenizer(in.Policy); err != nil {
 		return nil, fmt.Errorf("rollout: --policy: %w", err)
 	}
-	if s.digest, err = jobs.DirDigest(in.Policy); err != nil {
+	policy, err := jobs.CheckpointInput("policy", in.Policy)
+	if err != nil {
 		return nil, fmt.Errorf("rollout: --policy: %w", err)
 	}
+	s.digest = jobs.DigestOf(policy)
 	ret, closer, retIn, err := openRetriever(cfg, in)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
@@ -90,7 +89,6 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 	if err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
-	policy := format.Input{Name: "policy", Path: filepath.Clean(in.Policy), Digest: "dir:" + s.digest}
 	spec.Inputs = []format.Input{prompts, policy, retIn}
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindRollouts, format.RolloutsVersion
 	spec.Config = cfg
@@ -102,7 +100,7 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 // policyTokenizer loads the checkpoint's tokenizer and checks that the model has an
 // embedding row for each of its ids, before any work.
 func policyTokenizer(dir string) (*bpe.Tokenizer, error) {
-	tok, err := bpe.Load(filepath.Join(dir, TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(dir, jobs.TokenizerFile))
 	if err != nil {
 		return nil, err
 	}

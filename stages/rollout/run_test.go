@@ -77,10 +77,11 @@ func TestRunRecordsEpisodes(t *testing.T) {
 	if got, want := res.Manifest.Metrics["trajectories"], float64(6*cfg.N); got != want {
 		t.Errorf("metric trajectories = %v, want %v", got, want)
 	}
-	digest, err := jobs.DirDigest(f.policy)
+	policy, err := jobs.CheckpointInput("policy", f.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
+	digest := jobs.DigestOf(policy)
 	p := protocol.Default()
 	type path struct {
 		action, finish string

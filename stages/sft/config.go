@@ -45,7 +45,7 @@ type Config struct {
 	// Context and MaxTurns are the episode settings the rollouts will use; the oracle
 	// plays within MaxTurns and its contexts are built by Context.
 	Context  protocol.ContextPolicy `json:"context"`
-	MaxTurns int             `json:"max_turns"`
+	MaxTurns int                    `json:"max_turns"`
 	// Protocol is the turn format; nil is protocol.Default().
 	Protocol *protocol.Protocol `json:"protocol,omitempty"`
 	// OracleDrop and OracleDistractor are the oracle's imperfections (task.OracleConfig).

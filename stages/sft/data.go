@@ -40,16 +40,6 @@ type example struct {
 
 func (e *example) len() int { return len(e.Context) + len(e.Response) }
 
-// pair is the example as the model scores it: the context as prefix and the response
-// as scored tokens, or, withContext, only the first token as prefix so every later
-// context token is scored too, ahead of the response's.
-func (e *example) pair(withContext bool) qwen2.Pair {
-	if !withContext || len(e.Context) == 0 {
-		return qwen2.Pair{Context: e.Context, Response: e.Response}
-	}
-	return qwen2.Pair{Context: e.Context[:1], Response: slices.Concat(e.Context[1:], e.Response)}
-}
-
 // questions regenerates the task's world from task.json and returns the questions of
 // the prompts dataset, in its order, at most limit (0: all). A prompt that is not a
 // question of that world is an error naming its row.

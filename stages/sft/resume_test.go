@@ -99,9 +99,9 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 }
 
-func readState(t *testing.T, dir string) *train.TrainerState {
+func readState(t *testing.T, dir string) *jobs.TrainerState {
 	t.Helper()
-	s, err := train.ReadTrainerState(dir)
+	s, err := jobs.ReadTrainerState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/jobs/jobstest"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/stages/gentask"
-	"github.com/mempo/mempo/train"
 )
 
 // fixture is a small task directory with its index and an untrained policy whose
@@ -71,7 +71,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := m.Save(policy, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tok.Save(filepath.Join(policy, train.TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(policy, jobs.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: index, Policy: policy}}
@@ -109,7 +109,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	if _, err := bpe.Load(filepath.Join(out, train.TokenizerFile)); err != nil {
+	if _, err := bpe.Load(filepath.Join(out, jobs.TokenizerFile)); err != nil {
 		t.Error(err)
 	}
 	fh, err := os.Open(filepath.Join(out, OracleFile))
@@ -126,6 +126,10 @@ func TestRun(t *testing.T) {
 	if lines != 12 {
 		t.Errorf("%s has %d trajectories, want 12", OracleFile, lines)
 	}
+	if c, err := jobs.ReadCommit(out); err != nil || c.Stage != Stage {
+		t.Errorf("ReadCommit = %+v, %v; want an sft commit record", c, err)
+	}
+	jobstest.CheckModes(t, out)
 	again, err := Run(context.Background(), testConfig(), f.in, jobs.Spec{Out: out, Seed: 1})
 	if err != nil || !again.Hit {
 		t.Errorf("second Run = %+v, %v; want a cache hit", again, err)
@@ -163,7 +167,7 @@ func TestRunRejects(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Drop()
-		if err := train.CopyFile(filepath.Join(in.Policy, train.TokenizerFile), filepath.Join(f.in.Policy, train.TokenizerFile)); err != nil {
+		if err := jobs.CopyFile(filepath.Join(in.Policy, jobs.TokenizerFile), filepath.Join(f.in.Policy, jobs.TokenizerFile)); err != nil {
 			t.Fatal(err)
 		}
 		_, err = Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(f.dir, "y"), Seed: 1})

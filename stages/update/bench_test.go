@@ -29,7 +29,7 @@ func benchSamples(rng *rand.Rand, n, ctx, resp, vocab int) []Sample {
 
 // benchTrainer builds a preset with trainable weights; layers > 0 truncates it (the
 // 0.5B-shaped preset keeps Qwen2.5-0.5B's widths and vocabulary with fewer layers).
-func benchTrainer(b *testing.B, preset string, layers int) (*trainer, *train.AdamW) {
+func benchTrainer(b *testing.B, preset string, layers int) (train.PPOStep, *train.AdamW) {
 	cfg, err := qwen2.Preset(preset, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -45,7 +45,7 @@ func benchTrainer(b *testing.B, preset string, layers int) (*trainer, *train.Ada
 	if err := m.Init(1); err != nil {
 		b.Fatal(err)
 	}
-	ps, err := trainable(m)
+	ps, err := train.Trainable(m)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,28 +54,28 @@ func benchTrainer(b *testing.B, preset string, layers int) (*trainer, *train.Ada
 		b.Fatal(err)
 	}
 	b.Cleanup(adam.Drop)
-	return &trainer{m: m, obj: train.DefaultObjective}, adam
+	return train.PPOStep{Model: m, Objective: train.DefaultObjective}, adam
 }
 
 // miniBatch runs one mini-batch's forward and backward passes under budget and
 // returns the micro-batch count.
-func miniBatch(b *testing.B, tr *trainer, adam *train.AdamW, samples []Sample, budget int) int {
+func miniBatch(b *testing.B, tr train.PPOStep, adam *train.AdamW, samples []Sample, budget int) int {
 	all := make([]int, len(samples))
 	lengths := make([]int, len(samples))
 	for i := range all {
 		all[i], lengths[i] = i, len(samples[i].Response)
 	}
-	div, err := train.Divisor(tr.obj.Agg, lengths)
+	div, err := train.Divisor(tr.Objective.Agg, lengths)
 	if err != nil {
 		b.Fatal(err)
 	}
 	micros := qwen2.BudgetBatches(all, func(i int) int { return samples[i].Len() }, budget)
 	for _, mi := range micros {
-		batch := make([]*Sample, len(mi))
+		batch := make([]*train.Sequence, len(mi))
 		for r, i := range mi {
-			batch[r] = &samples[i]
+			batch[r] = &samples[i].Sequence
 		}
-		if _, err := tr.micro(batch, div); err != nil {
+		if _, err := tr.Micro(batch, div); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -95,7 +95,7 @@ func BenchmarkUpdate05BShape2L(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shap
 
 func benchUpdate(b *testing.B, preset string, layers, turns int) {
 	tr, adam := benchTrainer(b, preset, layers)
-	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), turns, 192, 64, tr.m.Config.VocabSize)
+	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), turns, 192, 64, tr.Model.Config.VocabSize)
 	start := time.Now()
 	n := 0
 	for b.Loop() {
@@ -111,7 +111,7 @@ func benchUpdate(b *testing.B, preset string, layers, turns int) {
 // mini-batch in one pass (ratio, 1 = free).
 func BenchmarkAccumulationOverhead(b *testing.B) {
 	tr, adam := benchTrainer(b, "tiny", 0)
-	samples := benchSamples(rand.New(rand.NewPCG(2, 2)), 16, 192, 64, tr.m.Config.VocabSize)
+	samples := benchSamples(rand.New(rand.NewPCG(2, 2)), 16, 192, 64, tr.Model.Config.VocabSize)
 	var whole, split time.Duration
 	for b.Loop() {
 		t0 := time.Now()

@@ -10,9 +10,9 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
-	"github.com/mempo/mempo/train"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -44,7 +44,7 @@ func writePolicy(t testing.TB, dir string, cfg qwen2.Config, seed uint64) {
 	if err := m.Save(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, train.TokenizerFile), []byte(`{"stand-in": true}`+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, jobs.TokenizerFile), []byte(`{"stand-in": true}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
-	"github.com/mempo/mempo/train"
 )
 
 // checkReference fails unless the reference checkpoint is of the policy's architecture
@@ -36,13 +36,13 @@ func checkReference(policy, ref string) error {
 	rt, rerr := tokenizerDigest(ref)
 	if perr == nil && rerr == nil && pt != rt {
 		return fmt.Errorf("update: reference %s: %s differs from the policy's (%.12s vs %.12s): reference of another tokenizer: %w",
-			ref, train.TokenizerFile, rt, pt, ErrInput)
+			ref, jobs.TokenizerFile, rt, pt, ErrInput)
 	}
 	return nil
 }
 
 func tokenizerDigest(dir string) (string, error) {
-	path := filepath.Join(dir, train.TokenizerFile)
+	path := filepath.Join(dir, jobs.TokenizerFile)
 	if _, err := os.Stat(path); err != nil {
 		return "", err
 	}

@@ -98,7 +98,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if res.Resumed != 1 {
 		t.Errorf("rerun resumed %d mini-batches, want 1", res.Resumed)
 	}
-	for _, name := range []string{safetensors.SingleFile, train.OptimizerFile, qwen2.ConfigFile, train.TokenizerFile} {
+	for _, name := range []string{safetensors.SingleFile, train.OptimizerFile, qwen2.ConfigFile, jobs.TokenizerFile} {
 		a, err1 := os.ReadFile(filepath.Join(clean, name))
 		b, err2 := os.ReadFile(filepath.Join(out, name))
 		if err1 != nil || err2 != nil {

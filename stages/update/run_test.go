@@ -5,22 +5,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/jobs/jobstest"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/train"
 )
 
 func readMetrics(t *testing.T, dir string) []Metric {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, train.MetricsFile))
+	f, err := os.Open(filepath.Join(dir, jobs.MetricsName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +104,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	for _, name := range []string{train.TokenizerFile, train.OptimizerFile, train.TrainerStateFile, train.CommitFile, qwen2.GenerationConfigFile} {
+	for _, name := range []string{jobs.TokenizerFile, train.OptimizerFile, jobs.TrainerStateFile, jobs.CommitFile, qwen2.GenerationConfigFile} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Errorf("checkpoint lacks %s: %v", name, err)
 		}
@@ -108,10 +112,11 @@ func TestRun(t *testing.T) {
 	if _, err := os.Stat(out + ".tmp-" + res.Key.Short()); !os.IsNotExist(err) {
 		t.Errorf("temp dir left after publish: %v", err)
 	}
-	c, err := train.ReadCommit(out)
+	c, err := jobs.ReadCommit(out)
 	if err != nil || c.CacheKey != res.Key.String() || len(c.Inputs) != 5 {
 		t.Fatalf("ReadCommit = %+v, %v; want the run's key and 5 inputs", c, err)
 	}
+	jobstest.CheckModes(t, out)
 
 	again, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: out, Seed: 1})
 	if err != nil || !again.Hit {
@@ -131,6 +136,14 @@ func TestRun(t *testing.T) {
 	}
 	if res2.State.Step != 4 || res2.State.Iteration != 2 {
 		t.Errorf("iteration 2: step %d iteration %d, want 4 and 2 (optimizer state continued)", res2.State.Step, res2.State.Iteration)
+	}
+	// A committed policy is keyed by its commit record, not by re-hashing its files.
+	c2, err := jobs.ReadCommit(res2.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := jobs.CheckpointInput("policy", out); c2.Inputs[0] != want || !strings.HasPrefix(want.Digest, "checkpoint:") {
+		t.Errorf("iteration 2's policy input = %+v, want %+v keyed by the commit record", c2.Inputs[0], want)
 	}
 	if got := liveTensors(); got != base {
 		t.Errorf("live tensors = %d after the runs, want %d", got, base)
@@ -214,8 +227,42 @@ func TestRunNaN(t *testing.T) {
 		t.Fatalf("Run on a NaN policy = %v, want ErrNonFinite", err)
 	}
 	t.Log(err)
-	c, err := train.ReadCommit(out)
+	c, err := jobs.ReadCommit(out)
 	if err != nil || c.CacheKey != good.Key.String() {
 		t.Fatalf("after the failed run, %s holds key %v (%v), want the previous checkpoint's %s", out, c, err, good.Key.Short())
+	}
+}
+
+// TestSnapshotCadence checks WithSnapshotEvery's one meaning through the update: a
+// snapshot after every n-th mini-batch and after each epoch's last; n <= 0 at epoch
+// ends only; the update's default every mini-batch.
+func TestSnapshotCadence(t *testing.T) {
+	f := newFixture(t, randomTurns(rand.New(rand.NewPCG(5, 6)), 6))
+	cfg := testConfig()
+	cfg.MiniBatches, cfg.PPOEpochs = 3, 2 // plan: 6 mini-batches, epoch ends after 3 and 6
+	tests := []struct {
+		name string
+		opt  []train.Option
+		want []int
+	}{
+		{"default: every mini-batch", nil, []int{1, 2, 3, 4, 5, 6}},
+		{"every 2nd and epoch ends", []train.Option{train.WithSnapshotEvery(2)}, []int{2, 3, 4, 6}},
+		{"0: epoch ends only", []train.Option{train.WithSnapshotEvery(0)}, []int{3, 6}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int
+			spec := jobs.Spec{Out: filepath.Join(f.dir, fmt.Sprintf("cadence-%d", i)), Seed: 1, Trace: func(step jobs.Step, n int) {
+				if step == jobs.StepRecorded {
+					got = append(got, n)
+				}
+			}}
+			if _, err := Run(context.Background(), cfg, f.in, spec, tt.opt...); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("snapshots after mini-batches %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/train"
 )
 
 // Sample is one training sample: one turn of one trajectory. Its pruned context is the
@@ -15,14 +16,8 @@ import (
 type Sample struct {
 	UID          string
 	Sample, Turn int32
-	Context      []int64
-	Response     []int64
-	Old, Ref     []float32 // per response token; Ref is nil when the KL is off
-	Adv          []float32 // per response token
+	train.Sequence
 }
-
-// Len is the tokens of one forward pass over the sample.
-func (s *Sample) Len() int { return len(s.Context) + len(s.Response) }
 
 type turnKey struct {
 	uid          string
@@ -146,9 +141,9 @@ func LoadSamples(rollouts, logprobs, advantages string, withRef bool) ([]Sample,
 			if len(ro.PromptIDs) == 0 {
 				return nil, fmt.Errorf("%s: %s: empty prompt_ids: the first response token needs a context: %w", where, k, ErrInput)
 			}
-			s := Sample{UID: ro.UID, Sample: ro.Sample, Turn: ro.Turn,
+			s := Sample{UID: ro.UID, Sample: ro.Sample, Turn: ro.Turn, Sequence: train.Sequence{
 				Context: qwen2.Tokens(ro.PromptIDs), Response: qwen2.Tokens(ro.ResponseIDs),
-				Old: lp.row.OldLogprobs, Adv: ad.row.Advantages}
+				Old: lp.row.OldLogprobs, Adv: ad.row.Advantages}}
 			if withRef {
 				s.Ref = lp.row.RefLogprobs
 			}

@@ -29,7 +29,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := trainable(m); err != nil {
+			if _, err := train.Trainable(m); err != nil {
 				t.Fatal(err)
 			}
 			obj := train.DefaultObjective
@@ -42,7 +42,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 					samples[i].Ref[j] += 0.2
 				}
 			}
-			tr := trainer{m: m, obj: obj}
+			tr := train.PPOStep{Model: m, Objective: obj}
 			all := make([]int, len(samples))
 			lengths := make([]int, len(samples))
 			for i := range all {
@@ -57,17 +57,17 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 				micros := qwen2.BudgetBatches(all, func(i int) int { return samples[i].Len() }, budget)
 				var st train.Stats
 				for _, mi := range micros {
-					batch := make([]*Sample, len(mi))
+					batch := make([]*train.Sequence, len(mi))
 					var ls []int
 					for r, i := range mi {
-						batch[r] = &samples[i]
+						batch[r] = &samples[i].Sequence
 						ls = append(ls, len(samples[i].Response))
 					}
 					d := div
 					if own {
 						d, _ = train.Divisor(mode, ls)
 					}
-					s, err := tr.micro(batch, d)
+					s, err := tr.Micro(batch, d)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -1,4 +1,4 @@
-package sft
+package train
 
 import (
 	"math"
@@ -28,7 +28,7 @@ func TestContextLossWeight(t *testing.T) {
 	if err := m.Init(7); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := trainable(m); err != nil {
+	if _, err := Trainable(m); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -39,17 +39,16 @@ func TestContextLossWeight(t *testing.T) {
 		}
 		return out
 	}
-	batch := []*example{{Context: ids(9), Response: ids(4)}, {Context: ids(5), Response: ids(7)}}
-	var ctxOnly []*example
+	batch := []qwen2.Pair{{Context: ids(9), Response: ids(4)}, {Context: ids(5), Response: ids(7)}}
+	var ctxOnly []qwen2.Pair
 	nr, nc := 0, 0
 	for _, e := range batch {
-		ctxOnly = append(ctxOnly, &example{Context: e.Context[:1], Response: e.Context[1:]})
+		ctxOnly = append(ctxOnly, qwen2.Pair{Context: e.Context[:1], Response: e.Context[1:]})
 		nr, nc = nr+len(e.Response), nc+len(e.Context)-1
 	}
-	grad := func(w float64, b []*example) (float64, []float64) {
+	grad := func(w float64, b []qwen2.Pair) (float64, []float64) {
 		t.Helper()
-		tr := trainer{m: m, ctxWeight: w}
-		loss, _, err := tr.backward(b)
+		loss, _, err := NLLStep{Model: m, ContextWeight: w}.Backward(b)
 		if err != nil {
 			t.Fatal(err)
 		}

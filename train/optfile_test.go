@@ -2,11 +2,9 @@ package train
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 )
@@ -86,45 +84,4 @@ func equalBits(a, b []float64) bool {
 		}
 	}
 	return true
-}
-
-// TestArtifact publishes a checkpoint and checks the commit record is the cache hit,
-// that a foreign or unfinished directory is not, and that the lock keeps a second
-// writer out.
-func TestArtifact(t *testing.T) {
-	dir := t.TempDir()
-	out := filepath.Join(dir, "ckpt")
-	key := jobs.Key{1, 2, 3}
-	a, hit, err := Begin(out, key, false, nil)
-	if err != nil || hit != nil {
-		t.Fatalf("Begin = %v, %v; want a fresh artifact", hit, err)
-	}
-	if _, _, err := Begin(out, key, false, nil); !errors.Is(err, ErrLocked) {
-		t.Errorf("second Begin while locked = %v, want ErrLocked", err)
-	}
-	if err := os.WriteFile(filepath.Join(a.Tmp, "config.json"), []byte("{}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadCommit(a.Tmp); !errors.Is(err, ErrNotCheckpoint) {
-		t.Errorf("ReadCommit of an unfinished dir = %v, want ErrNotCheckpoint", err)
-	}
-	if err := a.Publish(Commit{Stage: "test", Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a.Release()
-	c, err := ReadCommit(out)
-	if err != nil || c.CacheKey != key.String() || len(c.Files) != 1 || c.Files[0].File != "config.json" {
-		t.Fatalf("ReadCommit = %+v, %v; want the key and config.json", c, err)
-	}
-	if _, hit, err := Begin(out, key, false, nil); err != nil || hit == nil {
-		t.Errorf("Begin after publish = %v, %v; want a cache hit", hit, err)
-	}
-	if err := os.WriteFile(filepath.Join(out, "config.json"), []byte("{\"x\": 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b, hit, err := Begin(out, key, false, nil)
-	if err != nil || hit != nil {
-		t.Fatalf("Begin after a file changed size = %v, %v; want a miss", hit, err)
-	}
-	b.Release()
 }

@@ -1,0 +1,98 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train/ppo"
+	"github.com/sugarme/gotch/ts"
+)
+
+// NLLStep runs the supervised (behaviour cloning) forward and backward passes on one model.
+type NLLStep struct {
+	Model *qwen2.Model
+	Chunk int // logits chunk of the scoring pass (qwen2.ScoreConfig)
+	// ContextWeight > 0 also trains on the context tokens, each with this weight.
+	ContextWeight float64
+}
+
+// Backward runs one batch: the mean NLL of every response token of the batch (token
+// mean, as verl's SFT trainer), backpropagated into the weights' gradients. With a
+// context weight w > 0 every context token after the first also counts, with weight w:
+// the objective is Σ weight·NLL / Σ weight. It returns the response tokens' mean NLL
+// and their count; a non-finite loss is an error before any gradient.
+func (t NLLStep) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
+	// libtorch keeps grad mode per OS thread; pin, and make sure it is on.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer torch.SetGrad(torch.SetGrad(true))
+	pairs := make([]qwen2.Pair, len(batch))
+	var isResponse []float32 // per scored token: 0 in the context, 1 in the response
+	for i, e := range batch {
+		pairs[i] = scored(e, t.ContextWeight > 0)
+		isResponse = append(isResponse, make([]float32, len(pairs[i].Response)-len(e.Response))...)
+		for range e.Response {
+			isResponse = append(isResponse, 1)
+		}
+		tokens += len(e.Response)
+	}
+	lp, _, err := t.Model.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.Chunk})
+	if err != nil {
+		return 0, 0, err
+	}
+	var live []*ts.Tensor
+	defer func() { torch.Drop(live...) }()
+	live = append(live, lp)
+	defer torch.Catch(fmt.Sprintf("batch of %d turns", len(batch)), &err)
+	shape := []int64{1, int64(len(isResponse))}
+	row := torch.Must(lp.View(shape, false))
+	resp := torch.FromHost(isResponse, shape, t.Model.Device())
+	live = append(live, row, resp)
+	// The response mean is what the held-out loss measures, whatever the weight.
+	respMean, v, err := AggregateTokens(row, resp, ppo.AggTokenMean, float64(tokens))
+	if err != nil {
+		return 0, 0, err
+	}
+	live = append(live, respMean)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, 0, fmt.Errorf("loss %v: %w", -v, ErrNonFinite)
+	}
+	objective := respMean
+	if t.ContextWeight > 0 {
+		// Weight w on a context token, 1 on a response token.
+		weights := make([]float32, len(isResponse))
+		var wsum float64
+		for i, r := range isResponse {
+			if r == 1 {
+				weights[i], wsum = 1, wsum+1
+			} else {
+				weights[i], wsum = float32(t.ContextWeight), wsum+t.ContextWeight
+			}
+		}
+		w := torch.FromHost(weights, shape, t.Model.Device())
+		weighted := torch.Must(row.Mul(w, false))
+		live = append(live, w, weighted)
+		if objective, _, err = AggregateTokens(weighted, w, ppo.AggTokenMean, wsum); err != nil {
+			return 0, 0, err
+		}
+		live = append(live, objective)
+	}
+	nll := torch.Must(objective.Neg(false))
+	live = append(live, nll)
+	torch.Check(nll.Backward())
+	return -v, tokens, nil
+}
+
+// scored is an example as the model scores it: the context as prefix and the response
+// as scored tokens, or, withContext, only the first token as prefix so every later
+// context token is scored too, ahead of the response's.
+func scored(e qwen2.Pair, withContext bool) qwen2.Pair {
+	if !withContext || len(e.Context) == 0 {
+		return e
+	}
+	return qwen2.Pair{Context: e.Context[:1], Response: slices.Concat(e.Context[1:], e.Response)}
+}
