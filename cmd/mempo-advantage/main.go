@@ -13,38 +13,38 @@ import (
 	"github.com/mempo/mempo/stages/advantage"
 )
 
-var (
-	rolloutsFlag = &cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, Usage: "rollouts dataset `DIR` (response lengths and <mem> spans)"}
-	scoresFlag   = &cli.StringFlag{Name: "scores", Category: "Inputs", Required: true, Usage: "scores dataset `DIR` of those rollouts (outcome rewards)"}
-	logprobsFlag = &cli.StringFlag{Name: "logprobs", Category: "Inputs", Required: true, Usage: "logprobs dataset `DIR` of those rollouts (p_mem, p_full)"}
-	noStdFlag    = &cli.BoolFlag{Name: "no-std-norm", Category: "Advantage", Usage: "outcome advantage R − mean without dividing by the group std (Dr.GRPO)"}
-	baseFlag     = &cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: "full", Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), const:<v>, or none"}
-	poolFlag     = &cli.StringFlag{Name: "mem-pool", Category: "Advantage", Value: "question", Usage: "memory advantage normalisation pool: question (all trajectories × turns of a question) or turn (per turn index)"}
-	coefFlag     = &cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Value: 1, Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO"}
-)
-
 func main() {
-	flags := append(app.StageFlags(), app.Clone(rolloutsFlag, scoresFlag, logprobsFlag, noStdFlag, baseFlag, poolFlag, coefFlag)...)
-	os.Exit(app.Main(app.New("mempo-advantage", "compute MemPO's outcome + memory advantages per token", flags, run), os.Args))
+	cmd := command{cfg: advantage.DefaultConfig()}
+	os.Exit(app.Main(app.New("mempo-advantage", "compute MemPO's outcome + memory advantages per token", cmd.flags(), cmd.run), os.Args))
 }
 
-func run(c *cli.Context) error {
+// command is what mempo-advantage's flags resolve into.
+type command struct {
+	cfg advantage.Config
+	in  advantage.Inputs
+}
+
+func (cmd *command) flags() *app.Flags {
+	cfg, in := &cmd.cfg, &cmd.in
+	return app.Bind(cfg, app.StageFlags(), []app.Flag{
+		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, Usage: "rollouts dataset `DIR` (response lengths and <mem> spans)"}),
+		app.String(&in.Scores, cli.StringFlag{Name: "scores", Category: "Inputs", Required: true, Usage: "scores dataset `DIR` of those rollouts (outcome rewards)"}),
+		app.String(&in.Logprobs, cli.StringFlag{Name: "logprobs", Category: "Inputs", Required: true, Usage: "logprobs dataset `DIR` of those rollouts (p_mem, p_full)"}),
+		app.Bool(&cfg.NoStdNorm, cli.BoolFlag{Name: "no-std-norm", Category: "Advantage", Usage: "outcome advantage R − mean without dividing by the group std (Dr.GRPO)"}),
+		app.Text(&cfg.MemBaseline, cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: cfg.MemBaseline.String(), Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), const:<v>, or none"}, advantage.ParseBaseline),
+		app.Enum(&cfg.MemPool, cli.StringFlag{Name: "mem-pool", Category: "Advantage", Usage: "memory advantage normalisation pool: question (all trajectories × turns of a question) or turn (per turn index)"}, advantage.ParsePool),
+		app.Float64(&cfg.MemCoef, cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO"}),
+	})
+}
+
+func (cmd *command) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)
 	if err != nil {
 		return err
 	}
-	cfg := advantage.DefaultConfig()
-	cfg.NoStdNorm, cfg.MemCoef = c.Bool(noStdFlag.Name), c.Float64(coefFlag.Name)
-	if cfg.MemBaseline, err = advantage.ParseBaseline(c.String(baseFlag.Name)); err != nil {
+	if err := cmd.cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	if cfg.MemPool, err = advantage.ParsePool(c.String(poolFlag.Name)); err != nil {
-		return app.Usage(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return app.Usage(err)
-	}
-	in := advantage.Inputs{Rollouts: c.String(rolloutsFlag.Name), Scores: c.String(scoresFlag.Name), Logprobs: c.String(logprobsFlag.Name)}
-	_, err = advantage.Run(c.Context, cfg, in, spec)
+	_, err = advantage.Run(c.Context, cmd.cfg, cmd.in, spec)
 	return err
 }

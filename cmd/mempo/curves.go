@@ -1,8 +1,8 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,13 +11,18 @@ import (
 	"github.com/mempo/mempo/stages/eval"
 )
 
-var curvesRunFlag = &cli.StringSliceFlag{Name: "run", Category: "Inputs", Required: true,
-	Usage: "`NAME=DIR`: a run variant's directory holding iter-1, iter-2, …; repeat to compare, and repeat a NAME with one DIR per training seed"}
+// curvesCmd is what 'mempo curves' resolves its flags into.
+type curvesCmd struct {
+	out  string
+	runs []eval.VariantRun
+}
 
-var curvesCommand = &cli.Command{
-	Name:  "curves",
-	Usage: "plot mean reward and KL to the reference over RL iterations",
-	Description: `Reads each iteration's scores dataset (mean outcome reward) and its updated policy's
+func curvesCommand() *cli.Command {
+	cv := &curvesCmd{}
+	return app.Command(&cli.Command{
+		Name:  "curves",
+		Usage: "plot mean reward and KL to the reference over RL iterations",
+		Description: `Reads each iteration's scores dataset (mean outcome reward) and its updated policy's
 trainer_state.json (mean KL) and writes reward_vs_iter.png, kl_vs_iter.png and
 curves.csv to --out.
 
@@ -29,42 +34,32 @@ seeds that reached it.
 curves.csv: header name,metric,iter,seeds,mean,lo,hi; one row per (NAME, metric,
 iteration), metric reward or kl, mean over the seeds that reached the iteration, lo and
 hi their min and max (equal to mean for one seed).`,
-	Flags:  append(app.Clone(app.OutFlag), app.Clone(curvesRunFlag)...),
-	Action: runCurves,
+	}, cv.flags(), cv.run)
 }
 
-func runCurves(c *cli.Context) error {
-	out := c.String(app.OutFlag.Name)
-	if out == "" {
+func (cv *curvesCmd) flags() *app.Flags {
+	return app.Bind(nil, []app.Flag{
+		app.String(&cv.out, *app.OutFlag),
+		app.List(&cv.runs, cli.StringSliceFlag{Name: "run", Category: "Inputs", Required: true,
+			Usage: "`NAME=DIR`: a run variant's directory holding iter-1, iter-2, …; repeat to compare, and repeat a NAME with one DIR per training seed"}, eval.ParseVariantRun),
+	})
+}
+
+func (cv *curvesCmd) run(c *cli.Context) error {
+	if cv.out == "" {
 		return app.Usage(fmt.Errorf("--out is required"))
 	}
-	var names []string
-	dirs := map[string][]string{}
-	for _, spec := range c.StringSlice(curvesRunFlag.Name) {
-		name, dir, ok := strings.Cut(spec, "=")
-		if !ok || name == "" || dir == "" {
-			return app.Usage(fmt.Errorf("--run %q: want NAME=DIR", spec))
-		}
-		if slices.Contains(dirs[name], dir) {
-			return app.Usage(fmt.Errorf("--run %q: %s given twice for %s", spec, dir, name))
-		}
-		if dirs[name] == nil {
-			names = append(names, name)
-		}
-		dirs[name] = append(dirs[name], dir)
+	curves, err := eval.ReadVariants(cv.runs)
+	if errors.Is(err, eval.ErrConfig) {
+		return app.Usage(err)
 	}
-	var curves []eval.SeedCurves
-	for _, name := range names {
-		sc, err := eval.ReadSeedCurves(name, dirs[name])
-		if err != nil {
-			return err
-		}
-		curves = append(curves, sc)
-	}
-	files, err := eval.WriteCurves(out, curves)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "wrote %s/%s\n", out, strings.Join(files, ", "))
+	files, err := eval.WriteCurves(cv.out, curves)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "wrote %s/%s\n", cv.out, strings.Join(files, ", "))
 	return nil
 }

@@ -12,65 +12,16 @@ import (
 	"github.com/mempo/mempo/stages/gentask"
 )
 
-// The world-size flags default to task.DefaultConfig, the demo world of DESIGN.md §8.
-var (
-	genTaskDefault = task.DefaultConfig()
+// genTaskCmd is what 'mempo gen-task' resolves its flags into; the world-size flags
+// default to task.DefaultConfig, the demo world of DESIGN.md §8.
+type genTaskCmd struct{ cfg task.Config }
 
-	genTaskOutFlag = &cli.StringFlag{
-		Name: app.OutFlag.Name, Category: "Output", TakesFile: true,
-		Usage: "task `DIR` to write (required): corpus.jsonl, prompts-train/, prompts-test-k<K>/ and task.json",
-	}
-
-	genTaskPeopleFlag = &cli.IntFlag{
-		Name: "people", Category: "World", Value: genTaskDefault.People,
-		Usage: "fictional people (occupation, birth year, birth city, employer), before distractors",
-	}
-	genTaskCitiesFlag = &cli.IntFlag{
-		Name: "cities", Category: "World", Value: genTaskDefault.Cities,
-		Usage: "cities (country, founding year, mayor); at least --countries, since every country needs a capital",
-	}
-	genTaskCompaniesFlag = &cli.IntFlag{
-		Name: "companies", Category: "World", Value: genTaskDefault.Companies,
-		Usage: "companies (founding year, founder, home city)",
-	}
-	genTaskCountriesFlag = &cli.IntFlag{
-		Name: "countries", Category: "World", Value: genTaskDefault.Countries,
-		Usage: "countries (capital, independence year)",
-	}
-	genTaskTwinRateFlag = &cli.Float64Flag{
-		Name: "twin-rate", Category: "World", Value: genTaskDefault.TwinRate,
-		Usage: "probability that an entity gets a near-duplicate distractor document (similar name, other values)",
-	}
-	genTaskTwoHopRateFlag = &cli.Float64Flag{
-		Name: "two-hop-rate", Category: "World", Value: genTaskDefault.TwoHopRate,
-		Usage: "probability that an objective goes through a relation (\"the founder of X\") and needs two searches",
-	}
-	genTaskNoYearsFlag = &cli.BoolFlag{
-		Name: "no-year-questions", Category: "Questions",
-		Usage: "keep year facts in the documents but never ask for them (a tiny model copies names far better than digit-by-digit years)",
-	}
-	genTaskTrainKFlag = &cli.IntFlag{
-		Name: "train-k", Category: "Questions", Value: genTaskDefault.TrainK,
-		Usage: "objectives per training question (the paper trains on 2)",
-	}
-	genTaskTrainFlag = &cli.IntFlag{
-		Name: "train", Category: "Questions", Value: genTaskDefault.Train,
-		Usage: "training questions, written to DIR/prompts-train",
-	}
-	genTaskTestKFlag = &cli.StringFlag{
-		Name: "test-k", Category: "Questions", Value: joinInts(genTaskDefault.TestK),
-		Usage: "comma-separated objective counts of the test sets, each written to DIR/prompts-test-k<K>",
-	}
-	genTaskTestFlag = &cli.IntFlag{
-		Name: "test", Category: "Questions", Value: genTaskDefault.Test,
-		Usage: "questions per test set",
-	}
-)
-
-var genTaskCommand = &cli.Command{
-	Name:  "gen-task",
-	Usage: "generate the synthetic multi-objective QA task: corpus and prompts datasets",
-	Description: `Builds a seeded world of fictional people, cities, companies and countries and
+func genTaskCommand() *cli.Command {
+	g := &genTaskCmd{cfg: task.DefaultConfig()}
+	return app.Command(&cli.Command{
+		Name:  "gen-task",
+		Usage: "generate the synthetic multi-objective QA task: corpus and prompts datasets",
+		Description: `Builds a seeded world of fictional people, cities, companies and countries and
 writes the task directory --out:
   corpus.jsonl          one Search-R1 document {"id", "contents"} per entity,
                         near-duplicate distractors included (index it with 'mempo index')
@@ -80,15 +31,30 @@ writes the task directory --out:
 Everything is a function of --seed and the flags. Each prompts dataset is a cached
 stage output, so a rerun with the same flags is a cache hit and a changed seed or
 size recomputes.`,
-	Flags: append(append([]cli.Flag{genTaskOutFlag}, app.Clone(app.ForceFlag, app.VerifyFlag, app.SeedFlag,
-		app.ProgressFlag, app.LogLevelFlag, app.DebugFlag)...),
-		genTaskPeopleFlag, genTaskCitiesFlag, genTaskCompaniesFlag, genTaskCountriesFlag,
-		genTaskTwinRateFlag, genTaskTwoHopRateFlag, genTaskNoYearsFlag, genTaskTrainKFlag, genTaskTrainFlag,
-		genTaskTestKFlag, genTaskTestFlag),
-	Action: runGenTask,
+	}, g.flags(), g.run)
 }
 
-func runGenTask(c *cli.Context) error {
+func (g *genTaskCmd) flags() *app.Flags {
+	cfg := &g.cfg
+	return app.Bind(cfg, app.Unbound(genTaskOutFlag, app.ForceFlag, app.VerifyFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
+		app.Int(&cfg.People, cli.IntFlag{Name: "people", Category: "World", Usage: "fictional people (occupation, birth year, birth city, employer), before distractors"}),
+		app.Int(&cfg.Cities, cli.IntFlag{Name: "cities", Category: "World", Usage: "cities (country, founding year, mayor); at least --countries, since every country needs a capital"}),
+		app.Int(&cfg.Companies, cli.IntFlag{Name: "companies", Category: "World", Usage: "companies (founding year, founder, home city)"}),
+		app.Int(&cfg.Countries, cli.IntFlag{Name: "countries", Category: "World", Usage: "countries (capital, independence year)"}),
+		app.Float64(&cfg.TwinRate, cli.Float64Flag{Name: "twin-rate", Category: "World", Usage: "probability that an entity gets a near-duplicate distractor document (similar name, other values)"}),
+		app.Float64(&cfg.TwoHopRate, cli.Float64Flag{Name: "two-hop-rate", Category: "World", Usage: "probability that an objective goes through a relation (\"the founder of X\") and needs two searches"}),
+		app.Bool(&cfg.NoYearQuestions, cli.BoolFlag{Name: "no-year-questions", Category: "Questions", Usage: "keep year facts in the documents but never ask for them (a tiny model copies names far better than digit-by-digit years)"}),
+		app.Int(&cfg.TrainK, cli.IntFlag{Name: "train-k", Category: "Questions", Usage: "objectives per training question (the paper trains on 2)"}),
+		app.Int(&cfg.Train, cli.IntFlag{Name: "train", Category: "Questions", Usage: "training questions, written to DIR/prompts-train"}),
+		app.Text(&cfg.TestK, cli.StringFlag{Name: "test-k", Category: "Questions", Value: joinInts(cfg.TestK), Usage: "comma-separated objective counts of the test sets, each written to DIR/prompts-test-k<K>"}, parseInts),
+		app.Int(&cfg.Test, cli.IntFlag{Name: "test", Category: "Questions", Usage: "questions per test set"}),
+	})
+}
+
+// genTaskOutFlag is gen-task's --out, a task directory rather than a dataset.
+var genTaskOutFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "task `DIR` to write (required): corpus.jsonl, prompts-train/, prompts-test-k<K>/ and task.json"}
+
+func (g *genTaskCmd) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)
 	if err != nil {
 		return err
@@ -96,24 +62,8 @@ func runGenTask(c *cli.Context) error {
 	if spec.Seed < 0 {
 		return fmt.Errorf("--seed %d: want a seed >= 0: %w", spec.Seed, app.ErrUsage)
 	}
-	testK, err := parseInts(c.String(genTaskTestKFlag.Name))
-	if err != nil {
-		return fmt.Errorf("--test-k %q: %v: want comma-separated integers, e.g. 2,4,6: %w", c.String(genTaskTestKFlag.Name), err, app.ErrUsage)
-	}
-	cfg := task.Config{
-		Seed:            uint64(spec.Seed),
-		People:          c.Int(genTaskPeopleFlag.Name),
-		Cities:          c.Int(genTaskCitiesFlag.Name),
-		Companies:       c.Int(genTaskCompaniesFlag.Name),
-		Countries:       c.Int(genTaskCountriesFlag.Name),
-		TwinRate:        c.Float64(genTaskTwinRateFlag.Name),
-		TwoHopRate:      c.Float64(genTaskTwoHopRateFlag.Name),
-		NoYearQuestions: c.Bool(genTaskNoYearsFlag.Name),
-		TrainK:          c.Int(genTaskTrainKFlag.Name),
-		Train:           c.Int(genTaskTrainFlag.Name),
-		TestK:           testK,
-		Test:            c.Int(genTaskTestFlag.Name),
-	}
+	cfg := g.cfg
+	cfg.Seed = uint64(spec.Seed)
 	s, err := gentask.Run(c.Context, cfg, spec.Out, spec)
 	if err != nil {
 		return err
@@ -123,12 +73,13 @@ func runGenTask(c *cli.Context) error {
 	return nil
 }
 
+// parseInts reads --test-k's comma-separated list.
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%q: %v: want comma-separated integers, e.g. 2,4,6", s, err)
 		}
 		out = append(out, n)
 	}

@@ -7,60 +7,49 @@ import (
 	"github.com/mempo/mempo/stages/ingest"
 )
 
-var (
-	importInputFlag = &cli.StringSliceFlag{
-		Name: "input", Category: "Import", TakesFile: true,
-		Usage: "question `FILE` to import: verl/Search-R1 .parquet or .jsonl (.gz read compressed); " +
-			"repeat for several files, which are read in the order given",
-	}
-	importKFlag = &cli.IntFlag{
-		Name: "k", Category: "Import", Value: 1,
-		Usage: "objectives per prompt: K consecutive questions of one data_source and split are joined by \"; \" " +
-			"(MEM1's composition); leftover questions are dropped with a warning; 1 keeps questions as they are",
-	}
-	importSplitFlag = &cli.StringFlag{
-		Name: "split", Category: "Import",
-		Usage: "split of every question; empty takes extra_info.split (Parquet) or \"split\" (JSONL), else the file name",
-	}
-	importDataSourceFlag = &cli.StringFlag{
-		Name: "data-source", Category: "Import",
-		Usage: "data_source of every question; empty takes the data_source column or field, else the file name",
-	}
-	importShardRowsFlag = &cli.IntFlag{
-		Name: "shard-rows", Category: "Import", Value: ingest.DefaultShardRows,
-		Usage: "most prompts per shard; the plan is the fewest shards that respects it",
-	}
-)
+// importCmd is what 'mempo import' resolves its flags into. The ingest stage states
+// no DefaultConfig, so its defaults are named here: questions kept as they are (K 1)
+// and ingest.DefaultShardRows.
+type importCmd struct{ cfg ingest.RunConfig }
 
-var importCommand = &cli.Command{
-	Name:  "import",
-	Usage: "import verl/Search-R1 Parquet or JSONL questions into a prompts dataset",
-	Description: `Reads each --input file and writes the prompts dataset --out: one row per
+func importCommand() *cli.Command {
+	im := &importCmd{cfg: ingest.RunConfig{Config: ingest.Config{K: 1}, ShardRows: ingest.DefaultShardRows}}
+	return app.Command(&cli.Command{
+		Name:  "import",
+		Usage: "import verl/Search-R1 Parquet or JSONL questions into a prompts dataset",
+		Description: `Reads each --input file and writes the prompts dataset --out: one row per
 (composed) prompt with uid, data_source, split, source_index, question and golds,
 in input order. Parquet files follow verl's layout (data_source, prompt chat list,
 reward_model.ground_truth, or Search-R1's ground_truth.target, extra_info); JSONL
 files hold {"question", "golden_answers"|"answers"|"answer", optional
 "data_source", "split"} per line. The import is a cached stage: a rerun with the
 same files (by path and sha256) and flags is a cache hit; --force recomputes.`,
-	Flags: append(app.StageFlags(), importInputFlag, importKFlag, importSplitFlag,
-		importDataSourceFlag, importShardRowsFlag),
-	Action: runImport,
+	}, im.flags(), im.run)
 }
 
-func runImport(c *cli.Context) error {
+func (im *importCmd) flags() *app.Flags {
+	cfg := &im.cfg
+	return app.Bind(cfg, app.StageFlags(), []app.Flag{
+		app.Strings(&cfg.Inputs, cli.StringSliceFlag{Name: "input", Category: "Import", TakesFile: true,
+			Usage: "question `FILE` to import: verl/Search-R1 .parquet or .jsonl (.gz read compressed); " +
+				"repeat for several files, which are read in the order given"}),
+		app.Int(&cfg.K, cli.IntFlag{Name: "k", Category: "Import",
+			Usage: "objectives per prompt: K consecutive questions of one data_source and split are joined by \"; \" " +
+				"(MEM1's composition); leftover questions are dropped with a warning; 1 keeps questions as they are"}),
+		app.String(&cfg.Split, cli.StringFlag{Name: "split", Category: "Import",
+			Usage: "split of every question; empty takes extra_info.split (Parquet) or \"split\" (JSONL), else the file name"}),
+		app.String(&cfg.DataSource, cli.StringFlag{Name: "data-source", Category: "Import",
+			Usage: "data_source of every question; empty takes the data_source column or field, else the file name"}),
+		app.Int(&cfg.ShardRows, cli.IntFlag{Name: "shard-rows", Category: "Import",
+			Usage: "most prompts per shard; the plan is the fewest shards that respects it"}),
+	})
+}
+
+func (im *importCmd) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)
 	if err != nil {
 		return err
 	}
-	cfg := ingest.RunConfig{
-		Config: ingest.Config{
-			K:          c.Int(importKFlag.Name),
-			Split:      c.String(importSplitFlag.Name),
-			DataSource: c.String(importDataSourceFlag.Name),
-		},
-		Inputs:    c.StringSlice(importInputFlag.Name),
-		ShardRows: c.Int(importShardRowsFlag.Name),
-	}
-	_, err = ingest.Run(c.Context, cfg, spec)
+	_, err = ingest.Run(c.Context, im.cfg, spec)
 	return err
 }

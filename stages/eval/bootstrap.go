@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Config is how Report turns an Experiment into a table: the bootstrap behind its
-// intervals and the baseline of its differences.
+// Config is how an evaluation is reported: the bootstrap behind the table's intervals
+// and the baseline of its differences (Report), and whether Evaluate reports at all.
 type Config struct {
 	// Resamples is the number B of bootstrap resamples behind each interval.
 	Resamples int `json:"resamples"`
@@ -18,6 +18,8 @@ type Config struct {
 	// Baseline is the policy the others are compared with; "" picks "grpo" when the
 	// experiment has it, NoBaseline none.
 	Baseline string `json:"baseline"`
+	// NoReport stops Evaluate after the runs (see Evaluate).
+	NoReport bool `json:"no_report,omitempty"`
 }
 
 // NoBaseline as Config.Baseline reports no differences.

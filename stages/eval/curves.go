@@ -127,6 +127,44 @@ func ReadSeedCurves(name string, dirs []string) (SeedCurves, error) {
 	return sc, nil
 }
 
+// VariantRun is one training seed's run directory of a run variant (NAME=DIR).
+type VariantRun struct{ Name, Dir string }
+
+// ParseVariantRun reads NAME=DIR.
+func ParseVariantRun(s string) (VariantRun, error) {
+	name, dir, ok := strings.Cut(s, "=")
+	if !ok || name == "" || dir == "" {
+		return VariantRun{}, fmt.Errorf("%q: want NAME=DIR: %w", s, ErrConfig)
+	}
+	return VariantRun{Name: name, Dir: dir}, nil
+}
+
+// ReadVariants reads the curves of each variant of runs, a variant named once per
+// seed, in order of first appearance (ReadSeedCurves). A directory given twice for a
+// variant is ErrConfig: it would count one seed twice.
+func ReadVariants(runs []VariantRun) ([]SeedCurves, error) {
+	var names []string
+	dirs := map[string][]string{}
+	for _, r := range runs {
+		if slices.Contains(dirs[r.Name], r.Dir) {
+			return nil, fmt.Errorf("--run %s=%s: %s given twice for %s: %w", r.Name, r.Dir, r.Dir, r.Name, ErrConfig)
+		}
+		if dirs[r.Name] == nil {
+			names = append(names, r.Name)
+		}
+		dirs[r.Name] = append(dirs[r.Name], r.Dir)
+	}
+	var curves []SeedCurves
+	for _, name := range names {
+		sc, err := ReadSeedCurves(name, dirs[name])
+		if err != nil {
+			return nil, err
+		}
+		curves = append(curves, sc)
+	}
+	return curves, nil
+}
+
 // spreadSeries is a variant's series: a plain line for one seed, the mean with a
 // min–max band for several.
 func spreadSeries(name string, seeds int, sp []Spread) Series {

@@ -1,8 +1,9 @@
 // Package app is the command-line glue every mempo binary shares (urfave/cli v2):
 // flags defined once with a Category, each also settable as a MEMPO_* environment
 // variable and as a key of a JSON --config file, exit codes 0 ok / 1 failure / 2 usage
-// error, and the common stage flags resolved into a jobs.Spec. Precedence is
-// flag > environment > config file > default.
+// error, each flag bound once to the config field it sets (bind.go), and the common
+// stage flags resolved into a jobs.Spec. Precedence is flag > environment > config
+// file > default.
 package app
 
 import (
@@ -40,17 +41,26 @@ const (
 	ExitUsage   = 2
 )
 
-// New returns a binary's app with flags and action, prepared as Prepare describes.
-func New(name, usage string, flags []cli.Flag, action cli.ActionFunc) *cli.App {
-	a := &cli.App{Name: name, Usage: usage, Flags: flags, Action: action, HideHelpCommand: true}
+// New returns a binary's app: the flags fs binds, resolved into their fields before run
+// is called, and the app prepared as Prepare describes.
+func New(name, usage string, fs *Flags, run cli.ActionFunc) *cli.App {
+	a := &cli.App{Name: name, Usage: usage, Flags: fs.cli(), Action: fs.action(run), HideHelpCommand: true}
 	Prepare(a)
 	return a
 }
 
+// Command gives cmd, a subcommand of a tool such as mempo, the flags fs binds and an
+// action that resolves them into their fields (the --config file included) before run.
+// Every action goes through New or Command: they are what apply --config.
+func Command(cmd *cli.Command, fs *Flags, run cli.ActionFunc) *cli.Command {
+	cmd.Flags, cmd.Action = fs.cli(), fs.action(run)
+	return cmd
+}
+
 // Prepare wires an app (and its subcommands): a --config flag if it has none, MEMPO_*
-// variables for every flag, the config file applied before every action, flag parse
-// errors marked ErrUsage, and exit handling left to Main. A flag type Prepare does not
-// know panics: every flag must get its environment variable.
+// variables for every flag, flag parse errors marked ErrUsage, and exit handling left
+// to Main. A flag type Prepare does not know panics: every flag must get its
+// environment variable.
 func Prepare(a *cli.App) {
 	if !hasFlag(a.Flags, ConfigFlag.Name) {
 		a.Flags = append(a.Flags, Clone(ConfigFlag)...)
@@ -60,9 +70,6 @@ func Prepare(a *cli.App) {
 	a.ExitErrHandler = func(*cli.Context, error) {} // Main maps errors to exit codes
 	a.OnUsageError = usageError
 	setEnvVars(a.Flags)
-	if a.Action != nil {
-		a.Action = withConfig(a.Action)
-	}
 	prepareCommands(a.Commands)
 }
 
@@ -70,9 +77,6 @@ func prepareCommands(cmds []*cli.Command) {
 	for _, c := range cmds {
 		c.OnUsageError = usageError
 		setEnvVars(c.Flags)
-		if c.Action != nil {
-			c.Action = withConfig(c.Action)
-		}
 		prepareCommands(c.Subcommands)
 	}
 }

@@ -14,18 +14,18 @@ import (
 	"github.com/mempo/mempo/jobs"
 )
 
-var testRowsFlag = &cli.IntFlag{Name: "max-rows", Category: "Stage", Value: 10, Usage: "rows"}
-
-// testApp builds a stage-like app whose action records the resolved spec and rows.
+// testApp builds a stage-like app whose action records the resolved spec; rows is
+// bound to --max-rows, default 10.
 func testApp(got *jobs.Spec, rows *int, fail error) (*cli.App, *bytes.Buffer, *bytes.Buffer) {
 	var stdout, stderr bytes.Buffer
-	flags := append(StageFlags(), Clone(testRowsFlag)...)
-	a := New("mempo-test", "test stage", flags, func(c *cli.Context) error {
+	*rows = 10
+	fs := Bind(nil, StageFlags(), []Flag{Int(rows, cli.IntFlag{Name: "max-rows", Category: "Stage", Usage: "rows"})})
+	a := New("mempo-test", "test stage", fs, func(c *cli.Context) error {
 		spec, err := StageSpec(c)
 		if err != nil {
 			return err
 		}
-		*got, *rows = spec, c.Int("max-rows")
+		*got = spec
 		return fail
 	})
 	a.Writer, a.ErrWriter = &stdout, &stderr
@@ -82,7 +82,7 @@ func TestExitCodes(t *testing.T) {
 		})
 	}
 	t.Run("required flag", func(t *testing.T) {
-		a := New("mempo-test", "", []cli.Flag{&cli.StringFlag{Name: "corpus", Required: true}}, func(*cli.Context) error { return nil })
+		a := New("mempo-test", "", Bind(nil, Unbound(&cli.StringFlag{Name: "corpus", Required: true})), func(*cli.Context) error { return nil })
 		var stderr strings.Builder
 		a.Writer, a.ErrWriter = io.Discard, &stderr
 		if code := Main(a, []string{"mempo-test"}); code != ExitUsage || !strings.Contains(stderr.String(), "corpus") {
@@ -218,7 +218,7 @@ func TestResolvePart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var got jobs.Part
 			var err error
-			a := &cli.App{Flags: StageFlags(), Action: func(c *cli.Context) error {
+			a := &cli.App{Flags: Bind(nil, StageFlags()).cli(), Action: func(c *cli.Context) error {
 				got, err = resolvePart(c, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
 				return nil
 			}}
@@ -239,7 +239,7 @@ func TestResolvePart(t *testing.T) {
 }
 
 func TestFlagsDocumented(t *testing.T) {
-	for _, f := range append(StageFlags(), ConfigFlag) {
+	for _, f := range append(Bind(nil, StageFlags()).cli(), ConfigFlag) {
 		d, ok := f.(cli.DocGenerationFlag)
 		c, ok2 := f.(cli.CategorizableFlag)
 		if !ok || !ok2 || d.GetUsage() == "" || c.GetCategory() == "" {

@@ -22,29 +22,29 @@ const childEnv = "MEMPO_APP_TEST_MAIN"
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Unsetenv(childEnv)
-		flags := append(app.StageFlags(), app.Clone(rowsFlag, shardsFlag, widthFlag, inputFlag, batchFlag)...)
-		os.Exit(app.Main(app.New("mempo-probe", "run the tensor-free probe stage", flags, runProbe), append([]string{"mempo-probe"}, os.Args[1:]...)))
+		os.Exit(app.Main(newProbe(), append([]string{"mempo-probe"}, os.Args[1:]...)))
 	}
 	os.Exit(m.Run())
 }
 
-var (
-	rowsFlag   = &cli.IntFlag{Name: "rows", Category: "Stage", Value: 1000, Usage: "questions to generate when --input is not set"}
-	shardsFlag = &cli.IntFlag{Name: "shards", Category: "Stage", Value: 8, Usage: "shard plan size: rows split into this many contiguous groups"}
-	widthFlag  = &cli.IntFlag{Name: "width", Category: "Stage", Value: 64, Usage: "token ids per row"}
-	inputFlag  = &cli.StringFlag{Name: "input", Category: "Stage", Usage: "JSONL `FILE` of {\"question\": ...} objects to use instead of generated questions"}
-	batchFlag  = &cli.IntFlag{Name: "batch", Category: "Stage", Value: 64, Usage: "rows written between flushes and progress reports"}
-)
-
-func runProbe(c *cli.Context) error {
-	spec, err := app.StageSpec(c)
-	if err != nil {
+// newProbe builds the probe command, its flags bound as a stage binary binds them.
+func newProbe() *cli.App {
+	cfg := jobstest.Config{Rows: 1000, Shards: 8, Width: 64, Batch: 64}
+	fs := app.Bind(&cfg, app.StageFlags(), []app.Flag{
+		app.Int(&cfg.Rows, cli.IntFlag{Name: "rows", Category: "Stage", Usage: "questions to generate when --input is not set"}),
+		app.Int(&cfg.Shards, cli.IntFlag{Name: "shards", Category: "Stage", Usage: "shard plan size: rows split into this many contiguous groups"}),
+		app.Int(&cfg.Width, cli.IntFlag{Name: "width", Category: "Stage", Usage: "token ids per row"}),
+		app.String(&cfg.Input, cli.StringFlag{Name: "input", Category: "Stage", Usage: "JSONL `FILE` of {\"question\": ...} objects to use instead of generated questions"}),
+		app.Int(&cfg.Batch, cli.IntFlag{Name: "batch", Category: "Stage", Usage: "rows written between flushes and progress reports"}),
+	})
+	return app.New("mempo-probe", "run the tensor-free probe stage", fs, func(c *cli.Context) error {
+		spec, err := app.StageSpec(c)
+		if err != nil {
+			return err
+		}
+		_, err = jobstest.Run(c.Context, cfg, spec)
 		return err
-	}
-	cfg := jobstest.Config{Rows: c.Int("rows"), Shards: c.Int("shards"), Width: c.Int("width"),
-		Input: c.String("input"), Batch: c.Int("batch")}
-	_, err = jobstest.Run(c.Context, cfg, spec)
-	return err
+	})
 }
 
 func runMain(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {

@@ -60,11 +60,12 @@ var (
 	}
 )
 
-// StageFlags returns copies of the common stage flags for one app. urfave/cli writes
-// parse state (an environment value, HasBeenSet) into the flag values themselves, so
-// each app gets its own copies and the package values stay pristine templates.
-func StageFlags() []cli.Flag {
-	return Clone(OutFlag, ForceFlag, VerifyFlag, SeedFlag, ShardFlag, ShardCountFlag,
+// StageFlags returns copies of the common stage flags for one app, which StageSpec
+// reads. urfave/cli writes parse state (an environment value, HasBeenSet) into the flag
+// values themselves, so each app gets its own copies and the package values stay
+// pristine templates.
+func StageFlags() []Flag {
+	return Unbound(OutFlag, ForceFlag, VerifyFlag, SeedFlag, ShardFlag, ShardCountFlag,
 		MergeFlag, ProgressFlag, LogLevelFlag, DebugFlag)
 }
 
@@ -84,12 +85,9 @@ func Clone(flags ...cli.Flag) []cli.Flag {
 // stage fills in what it computes (name, kind, config, inputs, plan). Invocation
 // mistakes come back wrapped in ErrUsage.
 func StageSpec(c *cli.Context) (jobs.Spec, error) {
-	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	stdout, stderr := c.App.Writer, errWriter(c)
 	if stdout == nil {
 		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
 	}
 	if c.Args().Present() {
 		return jobs.Spec{}, fmt.Errorf("unexpected argument %q: a stage takes only flags: %w", c.Args().First(), ErrUsage)
@@ -116,21 +114,40 @@ func StageSpec(c *cli.Context) (jobs.Spec, error) {
 		return jobs.Spec{}, fmt.Errorf("--progress: %w", usage(err))
 	}
 	spec.ProgressOut = stderr
+	if spec.Log, spec.KeyDebug, err = Logging(c); err != nil {
+		return jobs.Spec{}, err
+	}
+	return spec, nil
+}
+
+// Logging resolves --log-level and --debug: the structured logger on stderr, and the
+// writer the cache key's preimage goes to (nil unless --debug keyhash).
+func Logging(c *cli.Context) (*slog.Logger, io.Writer, error) {
+	stderr := errWriter(c)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String(LogLevelFlag.Name))); err != nil {
-		return jobs.Spec{}, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", c.String(LogLevelFlag.Name), ErrUsage)
+		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", c.String(LogLevelFlag.Name), ErrUsage)
 	}
-	spec.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var keyDebug io.Writer
 	for _, sw := range strings.Split(c.String(DebugFlag.Name), ",") {
 		switch strings.TrimSpace(sw) {
 		case "":
 		case "keyhash":
-			spec.KeyDebug = stderr
+			keyDebug = stderr
 		default:
-			return jobs.Spec{}, fmt.Errorf("--debug %q: unknown switch %q, want keyhash: %w", c.String(DebugFlag.Name), sw, ErrUsage)
+			return nil, nil, fmt.Errorf("--debug %q: unknown switch %q, want keyhash: %w", c.String(DebugFlag.Name), sw, ErrUsage)
 		}
 	}
-	return spec, nil
+	return log, keyDebug, nil
+}
+
+// errWriter is where logs, progress and debug output go.
+func errWriter(c *cli.Context) io.Writer {
+	if c.App.ErrWriter != nil {
+		return c.App.ErrWriter
+	}
+	return os.Stderr
 }
 
 func usage(err error) error { return fmt.Errorf("%v: %w", err, ErrUsage) }

@@ -1,29 +1,60 @@
 // Package torchflag is the command-line glue of the binaries that run tensors: the
-// libtorch runtime flags they share, applied once before a stage starts.
+// libtorch runtime flags they share and the AdamW flags of the two training commands,
+// each bound to the config field it sets, so that every command spells them alike.
 package torchflag
 
 import (
-	"fmt"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train"
 )
 
-// Threads sets libtorch's intra-op thread pool. Small models decode faster on one
-// thread than on several (measured on the tiny preset), large ones want every core.
-var Threads = &cli.IntFlag{Name: "threads", Category: "Runtime",
-	Usage: "libtorch intra-op threads; 0 keeps libtorch's choice (one per core)"}
+// Runtime binds the runtime flags of a command that loads a policy: --device, --dtype
+// and --threads.
+func Runtime(device, dtype *string) []app.Flag {
+	return []app.Flag{Device(device), DType(dtype), Threads()}
+}
 
-// Apply applies the runtime flags of c; call it before any tensor work.
-func Apply(c *cli.Context) error {
-	n := c.Int(Threads.Name)
-	if n == 0 {
-		return nil
+// Device binds --device to a stage's Device field.
+func Device(dst *string) app.Flag {
+	return app.String(dst, cli.StringFlag{Name: "device", Category: "Runtime",
+		Usage: "where the models run: cpu, cuda or cuda:N"})
+}
+
+// DType binds --dtype to a stage's DType field; "" keeps the checkpoint's precision.
+func DType(dst *string) app.Flag {
+	return app.String(dst, cli.StringFlag{Name: "dtype", Category: "Runtime",
+		Usage: "weight precision: float32, bfloat16 (trained with float32 master weights) or float16 (default: the checkpoint's)"})
+}
+
+// Threads binds --threads, which sets libtorch's intra-op thread pool as it is
+// stored, before any tensor work. It is no config field: it changes speed, not results.
+// Small models decode faster on one thread than on several (measured on the tiny
+// preset), large ones want every core.
+func Threads() app.Flag {
+	n := new(int)
+	return app.Int(n, cli.IntFlag{Name: "threads", Category: "Runtime",
+		Usage: "libtorch intra-op threads; 0 keeps libtorch's choice (one per core)"}).Then(func() error {
+		if *n == 0 {
+			return nil
+		}
+		return app.Usage(torch.SetNumThreads(*n))
+	})
+}
+
+// AdamW binds the optimizer flags that mempo-update and mempo sft share to their
+// stage's AdamW settings; betas and eps keep their defaults (or a --config file's).
+func AdamW(cfg *train.AdamWConfig) []app.Flag {
+	return []app.Flag{
+		app.Float64(&cfg.LR, cli.Float64Flag{Name: "lr", Category: "Optimizer",
+			Usage: "AdamW learning rate"}),
+		app.Int64(&cfg.WarmupSteps, cli.Int64Flag{Name: "warmup-steps", Category: "Optimizer",
+			Usage: "optimizer steps of linear LR warm-up from 0, counted over the checkpoint's lineage"}),
+		app.Float64(&cfg.WeightDecay, cli.Float64Flag{Name: "weight-decay", Category: "Optimizer",
+			Usage: "AdamW decoupled weight decay"}),
+		app.Float64(&cfg.MaxGradNorm, cli.Float64Flag{Name: "max-grad-norm", Category: "Optimizer",
+			Usage: "clip the global gradient L2 norm to this; 0 disables clipping"}),
 	}
-	if err := torch.SetNumThreads(n); err != nil {
-		return app.Usage(fmt.Errorf("--threads: %w", err))
-	}
-	return nil
 }

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mempo/mempo/cmd/internal/app/apptest"
+	"github.com/mempo/mempo/stages/advantage"
+)
+
+// TestConfigReplay: the config an advantages manifest records, fed back through
+// --config, resolves to the same config.
+func TestConfigReplay(t *testing.T) {
+	want := advantage.Config{NoStdNorm: true, MemBaseline: advantage.Baseline{Kind: advantage.BaselineConst, Value: 0.5},
+		MemPool: advantage.PoolTurn, MemCoef: 0.3}
+	got := command{cfg: advantage.DefaultConfig()}
+	apptest.Replay(t, got.flags(), want, "--rollouts", "x", "--scores", "s", "--logprobs", "l")
+	if diff := cmp.Diff(want, got.cfg); diff != "" {
+		t.Errorf("replayed config (-want +got):\n%s", diff)
+	}
+}
