@@ -42,7 +42,7 @@ func (c AdamWConfig) Validate() error {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 	switch {
 	case bad(c.LR) || c.LR < 0:
-		return fmt.Errorf("adamw: lr %v, want >= 0: %w", c.LR, ErrConfig)
+		return fmt.Errorf("--lr %v: want >= 0: %w", c.LR, ErrConfig)
 	case bad(c.Beta1) || c.Beta1 < 0 || c.Beta1 >= 1:
 		return fmt.Errorf("adamw: beta1 %v, want in [0, 1): %w", c.Beta1, ErrConfig)
 	case bad(c.Beta2) || c.Beta2 < 0 || c.Beta2 >= 1:
@@ -50,11 +50,11 @@ func (c AdamWConfig) Validate() error {
 	case bad(c.Eps) || c.Eps <= 0:
 		return fmt.Errorf("adamw: eps %v, want > 0: %w", c.Eps, ErrConfig)
 	case bad(c.WeightDecay) || c.WeightDecay < 0:
-		return fmt.Errorf("adamw: weight decay %v, want >= 0: %w", c.WeightDecay, ErrConfig)
+		return fmt.Errorf("--weight-decay %v: want >= 0: %w", c.WeightDecay, ErrConfig)
 	case c.WarmupSteps < 0:
-		return fmt.Errorf("adamw: warm-up steps %d, want >= 0: %w", c.WarmupSteps, ErrConfig)
+		return fmt.Errorf("--warmup-steps %d: want >= 0: %w", c.WarmupSteps, ErrConfig)
 	case bad(c.MaxGradNorm) || c.MaxGradNorm < 0:
-		return fmt.Errorf("adamw: max grad norm %v, want >= 0 (0 disables clipping): %w", c.MaxGradNorm, ErrConfig)
+		return fmt.Errorf("--max-grad-norm %v: want >= 0 (0 disables clipping): %w", c.MaxGradNorm, ErrConfig)
 	}
 	return nil
 }

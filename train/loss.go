@@ -77,7 +77,7 @@ func checkAgg(mode Agg, divisor float64) error {
 	switch mode {
 	case ppo.AggTokenMean, ppo.AggSeqMeanTokenMean, ppo.AggSeqMeanTokenSum:
 	default:
-		return fmt.Errorf("loss aggregation %q: want token-mean, seq-mean-token-mean or seq-mean-token-sum: %w", string(mode), ErrConfig)
+		return fmt.Errorf("--agg %q: want token-mean, seq-mean-token-mean or seq-mean-token-sum: %w", string(mode), ErrConfig)
 	}
 	if !(divisor > 0) || math.IsInf(divisor, 0) {
 		return fmt.Errorf("loss aggregation %s: divisor %v, want a positive count from Divisor: %w", mode, divisor, ErrConfig)
@@ -156,12 +156,12 @@ func (s PolicyStats) Merge(o PolicyStats) PolicyStats {
 
 func checkClip(c Clip) error {
 	if !(c.Low >= 0 && c.Low < 1) || !(c.High >= 0) || math.IsInf(c.High, 0) {
-		return fmt.Errorf("clip range low %v high %v: want 0 <= low < 1 and high >= 0: %w", c.Low, c.High, ErrConfig)
+		return fmt.Errorf("--clip-low %v --clip-high %v: want 0 <= low < 1 and high >= 0: %w", c.Low, c.High, ErrConfig)
 	}
 	// verl asserts c > 1: at c <= 1 the dual clip would cap the loss below the
 	// unclipped surrogate of a ratio-1 token (arXiv 1912.09729).
 	if !(c.DualC > 1) || math.IsInf(c.DualC, 0) {
-		return fmt.Errorf("dual clip c %v: want c > 1: %w", c.DualC, ErrConfig)
+		return fmt.Errorf("--dual-clip %v: want c > 1: %w", c.DualC, ErrConfig)
 	}
 	return nil
 }
@@ -265,7 +265,7 @@ func checkKL(kind KL) error {
 	case ppo.KLK1, ppo.KLK2, ppo.KLK3:
 		return nil
 	}
-	return fmt.Errorf("kl estimator %q: want k1, k2 or k3 (low_var_kl): %w", string(kind), ErrConfig)
+	return fmt.Errorf("--kl %q: want k1, k2 or k3 (low_var_kl): %w", string(kind), ErrConfig)
 }
 
 // KLPenalty is the KL of the policy to the frozen reference, estimated per token with

@@ -63,24 +63,24 @@ func (s Stats) Merge(o Stats) Stats {
 	}
 }
 
-// Validate checks the objective's settings.
+// Validate checks the objective's settings; its errors name the flags that set them.
 func (o Objective) Validate() error {
 	if err := checkClip(o.Clip); err != nil {
-		return fmt.Errorf("objective: %w", err)
+		return err
 	}
 	if err := checkAgg(o.Agg, 1); err != nil {
-		return fmt.Errorf("objective: %w", err)
+		return err
 	}
 	if o.KLCoef < 0 || math.IsNaN(o.KLCoef) || math.IsInf(o.KLCoef, 0) {
-		return fmt.Errorf("objective: kl coefficient %v, want >= 0: %w", o.KLCoef, ErrConfig)
+		return fmt.Errorf("--kl-coef %v: want >= 0: %w", o.KLCoef, ErrConfig)
 	}
 	if o.KLCoef != 0 {
 		if err := checkKL(o.KL); err != nil {
-			return fmt.Errorf("objective: %w", err)
+			return err
 		}
 	}
 	if o.EntropyCoef < 0 || math.IsNaN(o.EntropyCoef) || math.IsInf(o.EntropyCoef, 0) {
-		return fmt.Errorf("objective: entropy coefficient %v, want >= 0: %w", o.EntropyCoef, ErrConfig)
+		return fmt.Errorf("--entropy-coef %v: want >= 0: %w", o.EntropyCoef, ErrConfig)
 	}
 	return nil
 }
