@@ -64,7 +64,7 @@ func (g *genTaskCmd) run(c *cli.Context) error {
 	}
 	cfg := g.cfg
 	cfg.Seed = uint64(spec.Seed)
-	s, err := gentask.Run(c.Context, cfg, spec.Out, spec)
+	s, err := gentask.Run(c.Context, cfg, spec)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/initmodel"
 )
 
@@ -14,8 +15,7 @@ import (
 type initModelCmd struct {
 	cfg  initmodel.Config
 	in   initmodel.Inputs
-	out  string
-	opts initmodel.Options
+	spec jobs.Spec
 }
 
 func initModelCommand() *cli.Command {
@@ -44,7 +44,7 @@ func (m *initModelCmd) flags() *app.Flags {
 			Usage: "prompts dataset `DIR` whose questions the tokenizer also learns (they open every context); repeat for several"}),
 		app.Load(&in.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true,
 			Usage: "protocol description `FILE` whose prompt, observation and messages the tokenizer also learns (default: the built-in MemPO format)"}, protocol.Load),
-		app.String(&m.out, cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", Required: true, TakesFile: true,
+		app.String(&m.spec.Out, cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", Required: true, TakesFile: true,
 			Usage: "checkpoint `DIR` to write in HF layout (config.json, model.safetensors, tokenizer.json, …); replaced only once complete"}),
 		app.Int(&cfg.VocabSize, cli.IntFlag{Name: "vocab", Category: "Tokenizer",
 			Usage: "tokenizer size: special tokens, 256 byte tokens and the learned merges; the model's vocab_size is this rounded up to a multiple of 64"}),
@@ -54,7 +54,7 @@ func (m *initModelCmd) flags() *app.Flags {
 			Usage: "model shape: tiny (≈4M parameters with a 4k vocabulary, the CPU demo) or qwen2.5-0.5b-shape"}),
 		app.Uint64(&cfg.Seed, cli.Uint64Flag{Name: app.SeedFlag.Name, Category: "Model",
 			Usage: "seed of the random weights; the same seed and inputs give the same bytes"}),
-		app.Bool(&m.opts.Force, *app.ForceFlag),
+		app.Bool(&m.spec.Force, *app.ForceFlag),
 	}, app.Unbound(app.LogLevelFlag, app.DebugFlag))
 }
 
@@ -66,10 +66,10 @@ func (m *initModelCmd) run(c *cli.Context) error {
 		return app.Usage(err)
 	}
 	var err error
-	if m.opts.Log, m.opts.KeyDebug, err = app.Logging(c); err != nil {
+	if m.spec.Log, m.spec.KeyDebug, err = app.Logging(c); err != nil {
 		return err
 	}
-	res, err := initmodel.Run(c.Context, m.cfg, m.in, m.out, m.opts)
+	res, err := initmodel.Run(c.Context, m.cfg, m.in, m.spec)
 	if err != nil {
 		return err
 	}

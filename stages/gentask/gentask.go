@@ -34,7 +34,7 @@ type setConfig struct {
 	K     int         `json:"k"`
 }
 
-// Run generates the task of cfg into the directory out: corpus.jsonl, prompts-train/,
+// Run generates the task of cfg into the directory spec.Out: corpus.jsonl, prompts-train/,
 // prompts-test-k{K}/ per test K, then task.json. Each prompts dataset is committed by
 // jobs.Run under a key of the whole config, so a rerun is a cache hit per dataset and
 // a changed seed or size recomputes. spec supplies the runtime fields (Force, Verify,
@@ -43,7 +43,8 @@ type setConfig struct {
 // task.json is the directory's commit record: a task.json of another config is
 // removed before anything else is written, and the new one is written last, so a
 // killed run never leaves a task.json that describes files it did not write.
-func Run(ctx context.Context, cfg task.Config, out string, spec jobs.Spec) (*task.Summary, error) {
+func Run(ctx context.Context, cfg task.Config, spec jobs.Spec) (*task.Summary, error) {
+	out := spec.Out
 	if out == "" {
 		return nil, fmt.Errorf("gen-task: no task directory (--out): %w", jobs.ErrSpec)
 	}

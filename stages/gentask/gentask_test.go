@@ -27,7 +27,7 @@ func tinyConfig(seed uint64) task.Config {
 func runTask(t *testing.T, cfg task.Config, out string) (*task.Summary, string) {
 	t.Helper()
 	var stdout bytes.Buffer
-	s, err := Run(context.Background(), cfg, out, jobs.Spec{Stdout: &stdout})
+	s, err := Run(context.Background(), cfg, jobs.Spec{Out: out, Stdout: &stdout})
 	if err != nil {
 		t.Fatalf("Run(seed %d, %s): %v", cfg.Seed, out, err)
 	}
@@ -173,12 +173,12 @@ func TestRunInterruptedDropsStaleSummary(t *testing.T) {
 	// gone, not left describing a corpus that is now seed 2's.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	spec := jobs.Spec{Trace: func(step jobs.Step, _ int) {
+	spec := jobs.Spec{Out: out, Trace: func(step jobs.Step, _ int) {
 		if step == jobs.StepRecorded {
 			cancel()
 		}
 	}}
-	if _, err := Run(ctx, tinyConfig(2), out, spec); !errors.Is(err, context.Canceled) {
+	if _, err := Run(ctx, tinyConfig(2), spec); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Run = %v, want context.Canceled", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, task.SummaryFile)); !errors.Is(err, os.ErrNotExist) {
@@ -222,7 +222,8 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "task")
-			_, err := Run(context.Background(), tt.cfg, out, tt.spec)
+			tt.spec.Out = out
+			_, err := Run(context.Background(), tt.cfg, tt.spec)
 			if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("Run = %v, want %v mentioning %q", err, tt.is, tt.msg)
 			}

@@ -78,13 +78,6 @@ type Inputs struct {
 	Protocol *protocol.Protocol
 }
 
-// Options are the knobs of one run that do not change its output.
-type Options struct {
-	Force    bool         // recompute even when Out holds this exact output
-	Log      *slog.Logger // cache decisions and post-commit warnings; nil discards
-	KeyDebug io.Writer    // receives the key's preimage (MEMPO_DEBUG=keyhash)
-}
-
 // Result says what Run did.
 type Result struct {
 	Dir    string
@@ -97,13 +90,14 @@ type Result struct {
 	Params                     int64
 }
 
-// Run makes out hold the checkpoint of cfg and in. It trains the tokenizer and builds
+// Run makes spec.Out hold the checkpoint of cfg and in (spec.Force, Log and KeyDebug
+// apply; it is one checkpoint, so the shard and merge fields do not). It trains the tokenizer and builds
 // the model in a temp dir beside out and commits it through the checkpoint runtime
 // (jobs.Begin, Artifact.Publish): checkpoint.json is written last and the directory
 // renamed over out, so out is never a half-written checkpoint. A failed run removes
 // its temp dir: there is nothing to resume.
-func Run(ctx context.Context, cfg Config, in Inputs, out string, opts Options) (*Result, error) {
-	log := opts.Log
+func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*Result, error) {
+	out, log := spec.Out, spec.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -124,11 +118,11 @@ func Run(ctx context.Context, cfg Config, in Inputs, out string, opts Options) (
 	if err != nil {
 		return nil, err
 	}
-	key, err := runKey(cfg, p, inputs, opts.KeyDebug)
+	key, err := runKey(cfg, p, inputs, spec.KeyDebug)
 	if err != nil {
 		return nil, err
 	}
-	art, hit, err := jobs.Begin(jobs.Spec{Out: out, Force: opts.Force, Log: log}, key)
+	art, hit, err := jobs.Begin(jobs.Spec{Out: out, Force: spec.Force, Log: log}, key)
 	if err != nil {
 		return nil, fmt.Errorf("init-model: %w", err)
 	}

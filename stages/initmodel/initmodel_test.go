@@ -79,7 +79,7 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 	root := t.TempDir()
 	var runs []map[string][]byte
 	for _, name := range []string{"a", "b"} {
-		res, err := Run(context.Background(), testConfig(), Inputs{Corpus: []string{corpus}}, filepath.Join(root, name), Options{})
+		res, err := Run(context.Background(), testConfig(), Inputs{Corpus: []string{corpus}}, jobs.Spec{Out: filepath.Join(root, name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,14 +165,14 @@ func TestRunCache(t *testing.T) {
 	corpus := smallCorpus(t)
 	out := filepath.Join(t.TempDir(), "policy")
 	in := Inputs{Corpus: []string{corpus}}
-	first, err := Run(context.Background(), testConfig(), in, out, Options{})
+	first, err := Run(context.Background(), testConfig(), in, jobs.Spec{Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := readDir(t, out)
 	st, _ := os.Stat(filepath.Join(out, safetensors.SingleFile))
 
-	again, err := Run(context.Background(), testConfig(), in, out, Options{})
+	again, err := Run(context.Background(), testConfig(), in, jobs.Spec{Out: out})
 	if err != nil || !again.Hit {
 		t.Fatalf("second Run = hit %v, %v; want a cache hit", again != nil && again.Hit, err)
 	}
@@ -187,7 +187,7 @@ func TestRunCache(t *testing.T) {
 		t.Errorf("a cache hit rewrote %s", safetensors.SingleFile)
 	}
 
-	forced, err := Run(context.Background(), testConfig(), in, out, Options{Force: true})
+	forced, err := Run(context.Background(), testConfig(), in, jobs.Spec{Out: out, Force: true})
 	if err != nil || forced.Hit {
 		t.Fatalf("Run --force = hit %v, %v; want a rebuild", forced != nil && forced.Hit, err)
 	}
@@ -200,7 +200,7 @@ func TestRunCache(t *testing.T) {
 
 	reseed := testConfig()
 	reseed.Seed = 2
-	other, err := Run(context.Background(), reseed, in, out, Options{})
+	other, err := Run(context.Background(), reseed, in, jobs.Spec{Out: out})
 	if err != nil || other.Hit {
 		t.Fatalf("Run with another seed = hit %v, %v; want a rebuild", other != nil && other.Hit, err)
 	}
@@ -216,7 +216,7 @@ func TestRunCache(t *testing.T) {
 	if err := os.Truncate(filepath.Join(out, safetensors.SingleFile), 10); err != nil {
 		t.Fatal(err)
 	}
-	fixed, err := Run(context.Background(), reseed, in, out, Options{})
+	fixed, err := Run(context.Background(), reseed, in, jobs.Spec{Out: out})
 	if err != nil || fixed.Hit {
 		t.Fatalf("Run over a truncated %s = hit %v, %v; want a rebuild", safetensors.SingleFile, fixed != nil && fixed.Hit, err)
 	}
@@ -253,7 +253,7 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(dir, "out-"+strings.ReplaceAll(tt.name, " ", "-"))
-			_, err := Run(context.Background(), tt.cfg, Inputs{Corpus: tt.corpus}, out, Options{})
+			_, err := Run(context.Background(), tt.cfg, Inputs{Corpus: tt.corpus}, jobs.Spec{Out: out})
 			if err == nil || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("Run = %v, want an error naming %q", err, tt.wantMsg)
 			}
@@ -280,7 +280,7 @@ func TestRunLearnsQuestions(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(in Inputs, name string) (int, *Result) {
-		res, err := Run(context.Background(), testConfig(), in, filepath.Join(root, name), Options{})
+		res, err := Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(root, name)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -87,7 +87,7 @@ func buildFixture() (*fixture, error) {
 	f.policy = filepath.Join(root, "policy")
 	icfg := initmodel.DefaultConfig()
 	icfg.VocabSize = 700
-	if _, err := initmodel.Run(context.Background(), icfg, initmodel.Inputs{Corpus: []string{corpus}}, f.policy, initmodel.Options{}); err != nil {
+	if _, err := initmodel.Run(context.Background(), icfg, initmodel.Inputs{Corpus: []string{corpus}}, jobs.Spec{Out: f.policy}); err != nil {
 		return nil, err
 	}
 	if f.tok, err = bpe.Load(filepath.Join(f.policy, jobs.TokenizerFile)); err != nil {

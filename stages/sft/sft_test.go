@@ -34,7 +34,7 @@ func newFixture(t *testing.T) *fixture {
 	tc := task.Config{Seed: 3, People: 24, Cities: 8, Companies: 8, Countries: 3, TwinRate: 0.3, TwoHopRate: 0.3,
 		TrainK: 2, Train: 24, TestK: []int{2}, Test: 4}
 	taskDir := filepath.Join(dir, "task")
-	if _, err := gentask.Run(context.Background(), tc, taskDir, jobs.Spec{}); err != nil {
+	if _, err := gentask.Run(context.Background(), tc, jobs.Spec{Out: taskDir}); err != nil {
 		t.Fatal(err)
 	}
 	index := filepath.Join(dir, "index")
@@ -144,7 +144,7 @@ func TestRunRejects(t *testing.T) {
 	t.Run("prompts of another task", func(t *testing.T) {
 		other := task.Config{Seed: 99, People: 10, Cities: 4, Companies: 4, Countries: 2, TrainK: 2, Train: 3, TestK: []int{2}, Test: 1}
 		dir := filepath.Join(f.dir, "other")
-		if _, err := gentask.Run(context.Background(), other, dir, jobs.Spec{}); err != nil {
+		if _, err := gentask.Run(context.Background(), other, jobs.Spec{Out: dir}); err != nil {
 			t.Fatal(err)
 		}
 		in := f.in
