@@ -101,7 +101,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("read %s: %v: %w", path, err, ErrNotDataset)
+		return nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotDataset)
 	}
 	if m.Kind == "" || m.SchemaVersion <= 0 {
 		return nil, fmt.Errorf("read %s: missing kind or schema_version: %w", path, ErrNotDataset)

@@ -105,17 +105,17 @@ func openParquet(path string, r parquet.ReaderAtSeeker, mem memory.Allocator) (s
 	// by Release, and would make a checked allocator's count meaningless.
 	pf, err := file.NewParquetReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: truncated or not Parquet (%v): %w", path, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: truncated or not Parquet (%w): %w", path, err, ErrCorrupt)
 	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
 	if err != nil {
 		pf.Close()
-		return nil, fmt.Errorf("read %s: schema: %v: %w", path, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: schema: %w: %w", path, err, ErrCorrupt)
 	}
 	sc, err := fr.Schema()
 	if err != nil {
 		pf.Close()
-		return nil, fmt.Errorf("read %s: schema: %v: %w", path, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: schema: %w: %w", path, err, ErrCorrupt)
 	}
 	// pqarrow decodes column chunk metadata in goroutines, where a panic on a damaged
 	// footer (a chunk without its metadata) cannot be recovered: decode each chunk's
@@ -126,7 +126,7 @@ func openParquet(path string, r parquet.ReaderAtSeeker, mem memory.Allocator) (s
 		for c := range rg.NumColumns() {
 			if _, err := rg.ColumnChunk(c); err != nil {
 				pf.Close()
-				return nil, fmt.Errorf("read %s: row group %d column %d: %v: %w", path, g, c, err, ErrCorrupt)
+				return nil, fmt.Errorf("read %s: row group %d column %d: %w: %w", path, g, c, err, ErrCorrupt)
 			}
 		}
 	}
@@ -212,12 +212,12 @@ func (s *shard) rowGroup(i int, leaves []int) (rec arrow.RecordBatch, err error)
 	s.fr.Props.BatchSize = s.pf.MetaData().RowGroup(i).NumRows()
 	rr, err := s.fr.GetRecordReader(context.Background(), leaves, []int{i})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: row group %d: %v: %w", s.path, i, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: row group %d: %w: %w", s.path, i, err, ErrCorrupt)
 	}
 	defer rr.Release()
 	if !rr.Next() {
 		if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("read %s: row group %d: %v: %w", s.path, i, err, ErrCorrupt)
+			return nil, fmt.Errorf("read %s: row group %d: %w: %w", s.path, i, err, ErrCorrupt)
 		}
 		return nil, fmt.Errorf("read %s: row group %d: no rows: %w", s.path, i, ErrCorrupt)
 	}
@@ -225,7 +225,7 @@ func (s *shard) rowGroup(i int, leaves []int) (rec arrow.RecordBatch, err error)
 	rec.Retain()
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		rec.Release()
-		return nil, fmt.Errorf("read %s: row group %d: %v: %w", s.path, i, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: row group %d: %w: %w", s.path, i, err, ErrCorrupt)
 	}
 	return rec, nil
 }

@@ -79,7 +79,7 @@ func readCommit(dir string) (*Commit, []byte, error) {
 	}
 	var c Commit
 	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, nil, fmt.Errorf("read %s: %v: %w", path, err, ErrNotCheckpoint)
+		return nil, nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotCheckpoint)
 	}
 	if c.Format != commitFormat || c.Version != commitVersion || len(c.CacheKey) != 64 {
 		return nil, nil, fmt.Errorf("read %s: format %q version %d, want %s version %d with a cache key: %w",
@@ -143,7 +143,7 @@ func ReadTrainerState(dir string) (*TrainerState, error) {
 	}
 	var s TrainerState
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("read %s: %v: %w", path, err, format.ErrCorrupt)
+		return nil, fmt.Errorf("read %s: %w: %w", path, err, format.ErrCorrupt)
 	}
 	if s.Step < 0 || s.Iteration < 0 {
 		return nil, fmt.Errorf("read %s: step %d iteration %d, want counts >= 0: %w", path, s.Step, s.Iteration, format.ErrCorrupt)

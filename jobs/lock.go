@@ -42,7 +42,7 @@ func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (r
 			continue // released between our link and our read
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lock %s: %v; if no stage is writing this output, remove the lock file: %w", path, err, ErrLocked)
+			return nil, fmt.Errorf("lock %s: %w; if no stage is writing this output, remove the lock file: %w", path, err, ErrLocked)
 		}
 		if held.Host != self.Host {
 			return nil, fmt.Errorf("lock %s: held by pid %d on host %s since %s; if that process is gone, remove the lock file: %w",

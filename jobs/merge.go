@@ -99,7 +99,7 @@ func (r *runner) gatherParts(ctx context.Context, dir string) ([]mergeSource, []
 		pdir := filepath.Join(dir, "parts", p.dir())
 		m, err := format.ReadManifest(pdir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("stage %s: merge %s: part %s: %v; run the stage with --shard %s first: %w",
+			return nil, nil, fmt.Errorf("stage %s: merge %s: part %s: %w; run the stage with --shard %s first: %w",
 				r.spec.Stage, dir, p, err, p, ErrIncomplete)
 		}
 		if want := r.key(p).String(); m.CacheKey != want {

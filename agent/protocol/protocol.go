@@ -139,7 +139,7 @@ func Parse(data []byte) (*Protocol, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(p); err != nil {
-		return nil, fmt.Errorf("decode: %v (keys: see protocol.Protocol json tags): %w", err, ErrProtocol)
+		return nil, fmt.Errorf("decode: %w (keys: see protocol.Protocol json tags): %w", err, ErrProtocol)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("trailing data after the JSON object: %w", ErrProtocol)

@@ -200,7 +200,7 @@ func (p *Protocol) action(t Turn, kind Kind, span Span, inner string) Turn {
 func jsonString(text, path string) (string, error) {
 	var v any
 	if err := json.Unmarshal([]byte(text), &v); err != nil {
-		return "", fmt.Errorf("not JSON: %v", err)
+		return "", fmt.Errorf("not JSON: %w", err)
 	}
 	for _, key := range strings.Split(path, ".") {
 		m, ok := v.(map[string]any)

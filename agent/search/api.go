@@ -42,7 +42,7 @@ func decodeResult(body []byte, want int) ([][]Hit, error) {
 		Result *[][]json.RawMessage `json:"result"`
 	}
 	if err := json.Unmarshal(body, &resp); err != nil {
-		return nil, fmt.Errorf("answer is not JSON (%v): %q", err, snippet(body))
+		return nil, fmt.Errorf("answer is not JSON (%w): %q", err, snippet(body))
 	}
 	if resp.Result == nil {
 		return nil, fmt.Errorf(`answer has no "result": %q`, snippet(body))

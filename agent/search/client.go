@@ -161,7 +161,7 @@ func (c *Client) retrieveBatch(ctx context.Context, queries []string, topk int) 
 			return nil, fmt.Errorf("retriever %s: %w after %d attempts: %w", c.url, ErrUnreachable, attempt, err)
 		}
 		if serr := c.sleep(ctx, wait); serr != nil {
-			return nil, fmt.Errorf("retriever %s: waiting to retry after %v: %w", c.url, err, serr)
+			return nil, fmt.Errorf("retriever %s: waiting to retry after %w: %w", c.url, err, serr)
 		}
 		wait *= 2
 	}

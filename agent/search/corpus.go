@@ -148,7 +148,7 @@ func parseDoc(line []byte) (Doc, error) {
 		Contents *string         `json:"contents"`
 	}
 	if err := json.Unmarshal(line, &row); err != nil {
-		return Doc{}, fmt.Errorf("invalid JSON (%v); want {\"id\": \"…\", \"contents\": \"\\\"Title\\\"\\ntext\"}", err)
+		return Doc{}, fmt.Errorf("invalid JSON (%w); want {\"id\": \"…\", \"contents\": \"\\\"Title\\\"\\ntext\"}", err)
 	}
 	id, err := parseID(row.ID)
 	if err != nil {

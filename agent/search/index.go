@@ -111,7 +111,7 @@ func ReadMeta(dir string) (Meta, error) {
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("index %s: %s: %v; rebuild with `mempo index --force`: %w", dir, metaName, err, ErrNotIndex)
+		return Meta{}, fmt.Errorf("index %s: %s: %w; rebuild with `mempo index --force`: %w", dir, metaName, err, ErrNotIndex)
 	}
 	if m.Format != IndexFormat {
 		return Meta{}, fmt.Errorf("index %s: format %d, want %d; rebuild with `mempo index --force`: %w",

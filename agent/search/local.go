@@ -37,7 +37,7 @@ func OpenLocal(dir string, cfg LocalConfig) (*Local, error) {
 	}
 	idx, err := bleve.OpenUsing(filepath.Join(dir, bleveSubdir), map[string]any{"read_only": true})
 	if err != nil {
-		return nil, fmt.Errorf("index %s: open: %v; rebuild with `mempo index --force`: %w", dir, err, ErrNotIndex)
+		return nil, fmt.Errorf("index %s: open: %w; rebuild with `mempo index --force`: %w", dir, err, ErrNotIndex)
 	}
 	n, err := idx.DocCount()
 	if err == nil && int64(n) != m.Docs {

@@ -59,7 +59,7 @@ func Load(dir string) (*World, *Summary, error) {
 	}
 	var s Summary
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, nil, fmt.Errorf("task %s: %v: %w", path, err, ErrConfig)
+		return nil, nil, fmt.Errorf("task %s: %w: %w", path, err, ErrConfig)
 	}
 	w, err := Generate(s.Config)
 	if err != nil {

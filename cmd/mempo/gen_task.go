@@ -79,7 +79,7 @@ func parseInts(s string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
-			return nil, fmt.Errorf("%q: %v: want comma-separated integers, e.g. 2,4,6", s, err)
+			return nil, fmt.Errorf("%q: %w: want comma-separated integers, e.g. 2,4,6", s, err)
 		}
 		out = append(out, n)
 	}

@@ -51,7 +51,7 @@ func Load(path string) (*Tokenizer, error) {
 func Parse(data []byte, name string) (*Tokenizer, error) {
 	var f file
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("bpe: load %s: %v: %w", name, err, ErrFormat)
+		return nil, fmt.Errorf("bpe: load %s: %w: %w", name, err, ErrFormat)
 	}
 	pairs, err := parseMerges(f.Model.Merges)
 	if err != nil {
@@ -187,7 +187,7 @@ func checkDecoder(raw json.RawMessage) error {
 	}
 	if !isNull(raw) {
 		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("decoder: %v: %w", err, ErrFormat)
+			return fmt.Errorf("decoder: %w: %w", err, ErrFormat)
 		}
 	}
 	if d.Type == "ByteLevel" || d.Type == "Sequence" && len(d.Decoders) == 1 && d.Decoders[0].Type == "ByteLevel" {

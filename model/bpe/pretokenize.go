@@ -102,7 +102,7 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 	}
 	var t typed
 	if err := json.Unmarshal(raw, &t); err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+		return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 	}
 	forms := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
 	if f, ok := forms[t.Type]; ok {
@@ -115,7 +115,7 @@ func parseNormalizer(raw json.RawMessage, field string) (normalizer, error) {
 		Normalizers []json.RawMessage `json:"normalizers"`
 	}
 	if err := json.Unmarshal(raw, &seq); err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+		return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 	}
 	var out normalizer
 	for i, sub := range seq.Normalizers {
@@ -145,7 +145,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 	}
 	var t typed
 	if err := json.Unmarshal(raw, &t); err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+		return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 	}
 	switch t.Type {
 	case "Sequence":
@@ -153,7 +153,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			PreTokenizers []json.RawMessage `json:"pretokenizers"`
 		}
 		if err := json.Unmarshal(raw, &seq); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+			return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 		}
 		var out preTokenizer
 		for i, sub := range seq.PreTokenizers {
@@ -174,7 +174,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			Invert   bool   `json:"invert"`
 		}
 		if err := json.Unmarshal(raw, &sp); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+			return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 		}
 		if sp.Behavior != "Isolated" || sp.Invert {
 			return nil, fmt.Errorf("%s: behavior %q invert %v, want Isolated without invert: %w",
@@ -191,7 +191,7 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 		}
 		re, err := compilePattern(pattern)
 		if err != nil {
-			return nil, fmt.Errorf("%s.pattern: %v: %w", field, err, ErrFormat)
+			return nil, fmt.Errorf("%s.pattern: %w: %w", field, err, ErrFormat)
 		}
 		return preTokenizer{{re: re}}, nil
 	case "ByteLevel":
@@ -200,13 +200,13 @@ func parsePreTokenizer(raw json.RawMessage, field string) (preTokenizer, error) 
 			UseRegex       *bool `json:"use_regex"`
 		}
 		if err := json.Unmarshal(raw, &bl); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", field, err, ErrFormat)
+			return nil, fmt.Errorf("%s: %w: %w", field, err, ErrFormat)
 		}
 		step := preStep{prefixSpace: bl.AddPrefixSpace}
 		if bl.UseRegex == nil || *bl.UseRegex { // HF's default is true
 			re, err := compilePattern(gpt2Pattern)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %v", field, err)
+				return nil, fmt.Errorf("%s: %w", field, err)
 			}
 			step.re = re
 		}

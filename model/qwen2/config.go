@@ -74,7 +74,7 @@ func ReadConfig(path string) (Config, error) {
 func ParseConfig(data []byte) (Config, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(data, &keys); err != nil {
-		return Config{}, fmt.Errorf("not a JSON object: %v: %w", err, ErrConfig)
+		return Config{}, fmt.Errorf("not a JSON object: %w: %w", err, ErrConfig)
 	}
 	for _, k := range required {
 		if v, ok := keys[k]; !ok || string(v) == "null" {
@@ -83,7 +83,7 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	cfg := Config{InitializerRange: 0.02, HiddenAct: "silu"}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return Config{}, fmt.Errorf("%v: %w", err, ErrConfig)
+		return Config{}, fmt.Errorf("%w: %w", err, ErrConfig)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

@@ -58,7 +58,7 @@ func OpenDir(dir string) (*Set, error) {
 	}
 	var idx Index
 	if err := json.Unmarshal(data, &idx); err != nil {
-		return nil, fmt.Errorf("read %s: %v: %w", indexPath, err, ErrCorrupt)
+		return nil, fmt.Errorf("read %s: %w: %w", indexPath, err, ErrCorrupt)
 	}
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("read %s: weight_map is empty: %w", indexPath, ErrCorrupt)

@@ -178,12 +178,12 @@ func readHeader(r io.ReaderAt, fileSize int64) ([]Info, map[string]string, error
 func ParseHeader(hdr []byte, dataSize, base int64) ([]Info, map[string]string, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(hdr, &raw); err != nil {
-		return nil, nil, fmt.Errorf("header is not a JSON object: %v: %w", err, ErrCorrupt)
+		return nil, nil, fmt.Errorf("header is not a JSON object: %w: %w", err, ErrCorrupt)
 	}
 	var meta map[string]string
 	if m, ok := raw[MetadataKey]; ok {
 		if err := json.Unmarshal(m, &meta); err != nil {
-			return nil, nil, fmt.Errorf("%s is not a string map: %v: %w", MetadataKey, err, ErrCorrupt)
+			return nil, nil, fmt.Errorf("%s is not a string map: %w: %w", MetadataKey, err, ErrCorrupt)
 		}
 		delete(raw, MetadataKey)
 	}
@@ -191,7 +191,7 @@ func ParseHeader(hdr []byte, dataSize, base int64) ([]Info, map[string]string, e
 	for name, msg := range raw {
 		var e headerEntry
 		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, nil, fmt.Errorf("tensor %q: %v: %w", name, err, ErrCorrupt)
+			return nil, nil, fmt.Errorf("tensor %q: %w: %w", name, err, ErrCorrupt)
 		}
 		size := e.DType.Size()
 		if size == 0 {

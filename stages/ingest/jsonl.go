@@ -42,7 +42,7 @@ func ReadJSONL(path string, cfg Config) ([]Question, error) {
 	if strings.HasSuffix(strings.ToLower(path), ".gz") {
 		zr, err := gzip.NewReader(f)
 		if err != nil {
-			return nil, fmt.Errorf("import %s: %v: %w", path, err, ErrInput)
+			return nil, fmt.Errorf("import %s: %w: %w", path, err, ErrInput)
 		}
 		defer zr.Close()
 		r = zr
@@ -58,7 +58,7 @@ func ReadJSONL(path string, cfg Config) ([]Question, error) {
 		where := "line " + strconv.Itoa(line)
 		var jq jsonQuestion
 		if err := json.Unmarshal(b, &jq); err != nil {
-			return nil, fmt.Errorf("import %s: %s: %v: want one JSON object per line: %w", path, where, err, ErrInput)
+			return nil, fmt.Errorf("import %s: %s: %w: want one JSON object per line: %w", path, where, err, ErrInput)
 		}
 		if jq.Question == nil {
 			return nil, fmt.Errorf(`import %s: %s: no "question" field: %w`, path, where, ErrInput)
@@ -81,7 +81,7 @@ func ReadJSONL(path string, cfg Config) ([]Question, error) {
 		qs = append(qs, q)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("import %s: after %d questions: %v: %w", path, len(qs), err, ErrInput)
+		return nil, fmt.Errorf("import %s: after %d questions: %w: %w", path, len(qs), err, ErrInput)
 	}
 	return qs, nil
 }
@@ -92,7 +92,7 @@ func jsonAnswers(raw json.RawMessage) ([]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber() // "1989" and 1989 are the same answer; float64 would print 1e+21
 	if err := dec.Decode(&one); err != nil {
-		return nil, fmt.Errorf("answers: %v: %w", err, ErrInput)
+		return nil, fmt.Errorf("answers: %w: %w", err, ErrInput)
 	}
 	vals, ok := one.([]any)
 	if !ok {

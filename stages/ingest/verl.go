@@ -38,22 +38,22 @@ func ReadParquet(path string, cfg Config) (qs []Question, err error) {
 	}()
 	pf, err := file.NewParquetReader(f)
 	if err != nil {
-		return nil, fmt.Errorf("import %s: truncated or not Parquet (%v): %w", path, err, ErrInput)
+		return nil, fmt.Errorf("import %s: truncated or not Parquet (%w): %w", path, err, ErrInput)
 	}
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 4096}, memory.DefaultAllocator)
 	if err != nil {
-		return nil, fmt.Errorf("import %s: %v: %w", path, err, ErrInput)
+		return nil, fmt.Errorf("import %s: %w: %w", path, err, ErrInput)
 	}
 	sc, err := fr.Schema()
 	if err != nil {
-		return nil, fmt.Errorf("import %s: %v: %w", path, err, ErrInput)
+		return nil, fmt.Errorf("import %s: %w: %w", path, err, ErrInput)
 	}
 	if err := checkColumns(sc, cfg); err != nil {
 		return nil, fmt.Errorf("import %s: %w", path, err)
 	}
 	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("import %s: %v: %w", path, err, ErrInput)
+		return nil, fmt.Errorf("import %s: %w: %w", path, err, ErrInput)
 	}
 	defer rr.Release()
 	var row int64
@@ -74,7 +74,7 @@ func ReadParquet(path string, cfg Config) (qs []Question, err error) {
 		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("import %s: %s: %v: %w", path, rowName(row), err, ErrInput)
+		return nil, fmt.Errorf("import %s: %s: %w: %w", path, rowName(row), err, ErrInput)
 	}
 	return qs, nil
 }

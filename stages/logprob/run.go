@@ -179,7 +179,7 @@ func (s *state) loadTargets() error {
 		p := r.Row()
 		tg, err := answerTarget(tok, s.cfg, p.Golds)
 		if err != nil {
-			return fmt.Errorf("logprob: prompts %s: uid %s: %v: %w", s.in.Prompts, p.UID, err, ErrInput)
+			return fmt.Errorf("logprob: prompts %s: uid %s: %w: %w", s.in.Prompts, p.UID, err, ErrInput)
 		}
 		s.targets[p.UID] = tg
 	}
@@ -269,7 +269,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	}
 	for i := range rows {
 		if err := finite(old[i].LogProbs); err != nil {
-			return fmt.Errorf("logprob: %s: %s: old_logprobs: %v: %w", file, where(i, &rows[i]), err, ErrNonFinite)
+			return fmt.Errorf("logprob: %s: %s: old_logprobs: %w: %w", file, where(i, &rows[i]), err, ErrNonFinite)
 		}
 		out[i].OldLogprobs = old[i].LogProbs
 		out[i].RefLogprobs = old[i].LogProbs
@@ -281,7 +281,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		}
 		for i := range rows {
 			if err := finite(ref[i].LogProbs); err != nil {
-				return fmt.Errorf("logprob: %s: %s: ref_logprobs: %v: %w", file, where(i, &rows[i]), err, ErrNonFinite)
+				return fmt.Errorf("logprob: %s: %s: ref_logprobs: %w: %w", file, where(i, &rows[i]), err, ErrNonFinite)
 			}
 			out[i].RefLogprobs = ref[i].LogProbs
 		}

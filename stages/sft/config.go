@@ -91,7 +91,7 @@ func DefaultConfig() Config {
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {
 	if _, err := protocol.ParseContextPolicy(string(c.Context)); err != nil {
-		return fmt.Errorf("%v: %w", err, ErrConfig)
+		return fmt.Errorf("%w: %w", err, ErrConfig)
 	}
 	if err := c.AdamW.Validate(); err != nil {
 		return err

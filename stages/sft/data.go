@@ -51,7 +51,7 @@ func questions(in Inputs, limit int) (*task.World, []task.Prompt, error) {
 	}
 	var s task.Summary
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, nil, fmt.Errorf("read %s: %v: %w", path, err, ErrInput)
+		return nil, nil, fmt.Errorf("read %s: %w: %w", path, err, ErrInput)
 	}
 	w, err := task.Generate(s.Config)
 	if err != nil {

@@ -197,7 +197,7 @@ func sameTemperature(logprobs string, t float64) error {
 		return nil // written without a stage config (an import): nothing to check
 	}
 	if err := json.Unmarshal(m.Config, &c); err != nil {
-		return fmt.Errorf("logprobs %s: config: %v: %w", logprobs, err, ErrInput)
+		return fmt.Errorf("logprobs %s: config: %w: %w", logprobs, err, ErrInput)
 	}
 	if c.Temperature != nil && *c.Temperature != t {
 		return fmt.Errorf("logprobs %s were scored at temperature %v, the update runs at %v; pass the rollout's --temperature to both mempo-logprob and mempo-update: %w",

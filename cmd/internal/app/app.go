@@ -82,7 +82,7 @@ func prepareCommands(cmds []*cli.Command) {
 }
 
 func usageError(_ *cli.Context, err error, _ bool) error {
-	return fmt.Errorf("%v: %w", err, ErrUsage)
+	return fmt.Errorf("%w: %w", err, ErrUsage)
 }
 
 // Main runs a with args (os.Args) and returns the exit status. It warns about MEMPO_*

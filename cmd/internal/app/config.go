@@ -60,7 +60,7 @@ func applyConfig(c *cli.Context, config any) error {
 				path, key, strings.Join(sortedNames(flags), ", "), fieldList(fields), ErrUsage)
 		}
 		if err != nil {
-			return fmt.Errorf("config %s: key %q: %v: %w", path, key, err, ErrUsage)
+			return fmt.Errorf("config %s: key %q: %w: %w", path, key, err, ErrUsage)
 		}
 	}
 	return nil
@@ -70,14 +70,14 @@ func applyConfig(c *cli.Context, config any) error {
 func readConfig(path string) (map[string]json.RawMessage, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrUsage)
+		return nil, fmt.Errorf("config %s: %w: %w", path, err, ErrUsage)
 	}
 	var values map[string]json.RawMessage
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&values); err != nil || values == nil {
 		if err == nil {
 			err = fmt.Errorf("got null")
 		}
-		return nil, fmt.Errorf("config %s: want one JSON object of settings: %v: %w", path, err, ErrUsage)
+		return nil, fmt.Errorf("config %s: want one JSON object of settings: %w: %w", path, err, ErrUsage)
 	}
 	return values, nil
 }

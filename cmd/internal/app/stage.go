@@ -150,7 +150,7 @@ func errWriter(c *cli.Context) io.Writer {
 	return os.Stderr
 }
 
-func usage(err error) error { return fmt.Errorf("%v: %w", err, ErrUsage) }
+func usage(err error) error { return fmt.Errorf("%w: %w", err, ErrUsage) }
 
 // resolveProgress maps --progress to a mode; auto is a bar only when w is a terminal.
 func resolveProgress(s string, w io.Writer) (jobs.Progress, error) {
