@@ -7,8 +7,8 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
@@ -70,7 +70,7 @@ func (c AdamWConfig) LRAt(k int64) float64 {
 }
 
 // AdamW is torch.optim.AdamW (Loshchilov & Hutter, arXiv 1711.05101) with the update of
-// PyTorch 2.1's single-tensor implementation, op for op:
+// PyTorch 2.1's single-tensor implementation, element for element:
 //
 //	step += 1
 //	θ ← θ·(1 − lr·λ)
@@ -90,18 +90,25 @@ func (c AdamWConfig) LRAt(k int64) float64 {
 // smaller than the parameter's resolution still accumulate. Float32 and float64
 // parameters are updated in place. The moments have the master's dtype.
 //
-// An AdamW owns its state tensors (never the parameters); Drop frees them.
+// The state lives in flat buffers per dtype and device (flat.go), and so do the
+// gradients: from its first Step (or ZeroGrad) on, a parameter's gradient is a view
+// into the optimizer's gradient buffer, which backward passes accumulate into in place,
+// so a step runs a few vector ops over each buffer. The updated weights, state and
+// gradients are bit-identical to the per-tensor implementation's
+// (TestFlatMatchesPerTensor).
+//
+// An AdamW owns its state tensors and gradient buffer (never the parameters); Drop
+// frees them, and leaves the parameters whose gradients were views into the buffer
+// without a gradient.
 type AdamW struct {
-	cfg    AdamWConfig
-	params []Param
-	slots  []slot
-	steps  int64 // optimizer steps taken: the LR schedule's position
-}
-
-type slot struct {
-	master           *ts.Tensor // float32 copy of a half-precision parameter; nil otherwise
-	expAvg, expAvgSq *ts.Tensor
-	step             int64 // updates applied to this parameter (PyTorch's state["step"])
+	cfg     AdamWConfig
+	params  []Param
+	handles []torch.Raw // a second handle to each parameter, alive until Drop
+	slots   []slot
+	groups  []*group
+	chunk   int64 // the CPU update's chunk, stepChunk when built
+	steps   int64 // optimizer steps taken: the LR schedule's position
+	adopted int   // gradients copied into the flat buffer by Step (see adoptGrads)
 }
 
 // NewAdamW builds the optimizer over params, with zero moments. Names must be unique and
@@ -110,25 +117,10 @@ func NewAdamW(params []Param, cfg AdamWConfig) (o *AdamW, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(params) == 0 {
-		return nil, fmt.Errorf("adamw: no parameters: %w", ErrInput)
+	if err := checkParams(params); err != nil {
+		return nil, err
 	}
-	seen := make(map[string]bool, len(params))
-	for i, p := range params {
-		switch {
-		case p.Name == "":
-			return nil, fmt.Errorf("adamw: parameter %d has no name: %w", i, ErrInput)
-		case seen[p.Name]:
-			return nil, fmt.Errorf("adamw: parameter %q appears twice: %w", p.Name, ErrInput)
-		case p.T == nil || !defined(p.T):
-			return nil, fmt.Errorf("adamw: parameter %q has no tensor: %w", p.Name, ErrInput)
-		case !torch.IsFloating(p.T.DType()):
-			return nil, fmt.Errorf("adamw: parameter %q has dtype %v, want a floating dtype: %w", p.Name, p.T.DType(), ErrInput)
-		}
-		seen[p.Name] = true
-	}
-
-	o = &AdamW{cfg: cfg, params: append([]Param(nil), params...), slots: make([]slot, len(params))}
+	o = &AdamW{cfg: cfg, params: append([]Param(nil), params...), slots: make([]slot, len(params)), chunk: stepChunk}
 	defer func() {
 		if err != nil {
 			o.Drop()
@@ -136,19 +128,55 @@ func NewAdamW(params []Param, cfg AdamWConfig) (o *AdamW, err error) {
 		}
 	}()
 	defer torch.Catch("adamw", &err)
-	for i, p := range params {
-		s := &o.slots[i]
-		dt := p.T.DType()
-		if dt == gotch.BFloat16 || dt == gotch.Half {
-			d := torch.Must(p.T.Detach(false))
-			s.master = torch.Must(d.Totype(gotch.Float, true))
-			dt = gotch.Float
-		}
-		size, dev := p.T.MustSize(), p.T.MustDevice()
-		s.expAvg = torch.Must(ts.Zeros(size, dt, dev))
-		s.expAvgSq = torch.Must(ts.Zeros(size, dt, dev))
+	for _, p := range params {
+		o.handles = append(o.handles, torch.Of(p.T).Alias())
+	}
+	o.layout()
+	for _, g := range o.groups {
+		o.alloc(g)
 	}
 	return o, nil
+}
+
+// checkParams checks that params are named uniquely and hold contiguous floating
+// tensors of their own. A tensor listed twice (a tied head listed besides the embedding) would
+// have one gradient slot for two views of the flat buffer, and its two updates would
+// interleave chunk by chunk instead of running one after the other; only tensors
+// whose data starts at the same address are caught, not overlapping views.
+func checkParams(params []Param) error {
+	if len(params) == 0 {
+		return fmt.Errorf("adamw: no parameters: %w", ErrInput)
+	}
+	seen := make(map[string]bool, len(params))
+	at := make(map[unsafe.Pointer]string, len(params))
+	for i, p := range params {
+		switch {
+		case p.Name == "":
+			return fmt.Errorf("adamw: parameter %d has no name: %w", i, ErrInput)
+		case seen[p.Name]:
+			return fmt.Errorf("adamw: parameter %q appears twice: %w", p.Name, ErrInput)
+		case p.T == nil || !defined(p.T):
+			return fmt.Errorf("adamw: parameter %q has no tensor: %w", p.Name, ErrInput)
+		case !torch.IsFloating(p.T.DType()):
+			return fmt.Errorf("adamw: parameter %q has dtype %v, want a floating dtype: %w", p.Name, p.T.DType(), ErrInput)
+		}
+		seen[p.Name] = true
+		if contiguous, err := p.T.IsContiguous(); err != nil || !contiguous {
+			return fmt.Errorf("adamw: parameter %q is not contiguous; its flat state views need row-major storage: %w", p.Name, ErrInput)
+		}
+		if p.T.Numel() == 0 {
+			continue
+		}
+		ptr, err := p.T.DataPtr()
+		if err != nil {
+			return fmt.Errorf("adamw: parameter %q: %w", p.Name, err)
+		}
+		if other, ok := at[ptr]; ok {
+			return fmt.Errorf("adamw: parameters %q and %q are the same tensor: %w", other, p.Name, ErrInput)
+		}
+		at[ptr] = p.Name
+	}
+	return nil
 }
 
 // defined reports whether t holds a tensor (gotch's MustDefined exits on error).
@@ -166,13 +194,26 @@ func (o *AdamW) Config() AdamWConfig { return o.cfg }
 // Params are the parameters the optimizer updates, in order.
 func (o *AdamW) Params() []Param { return append([]Param(nil), o.params...) }
 
-// Drop frees the optimizer's state tensors; the parameters stay with their owner.
+// Drop frees the optimizer's state tensors and gradient buffer; the parameters stay
+// with their owner, without a gradient where theirs was a view into the buffer. Drop
+// may be called again.
 func (o *AdamW) Drop() {
+	o.releaseGrads()
 	for i := range o.slots {
 		s := &o.slots[i]
 		torch.Drop(s.master, s.expAvg, s.expAvgSq)
-		s.master, s.expAvg, s.expAvgSq = nil, nil, nil
+		if s.grad32 != s.grad {
+			freeRaws(s.grad32)
+		}
+		freeRaws(s.grad)
+		o.slots[i] = slot{}
 	}
+	for _, g := range o.groups {
+		g.free()
+	}
+	o.groups = nil
+	freeRaws(o.handles...)
+	o.handles = nil
 }
 
 // StepStats are the metrics of one optimizer step.
@@ -181,140 +222,86 @@ type StepStats struct {
 	LR       float64 `json:"lr"`
 }
 
-// ZeroGrad zeroes the gradients of the parameters. PyTorch's default unsets them
-// instead; the difference shows only for a parameter that gets no gradient before the
-// next Step, which here is updated with a zero gradient (weight decay and moment decay
-// apply), as under zero_grad(set_to_none=False).
+// ZeroGrad zeroes the gradients of the parameters: the flat gradient buffers, whose
+// views become the gradient of every parameter that has one. PyTorch's default unsets
+// them instead; the difference shows only for a parameter that gets no gradient before
+// the next Step, which here is updated with a zero gradient (weight decay and moment
+// decay apply), as under zero_grad(set_to_none=False).
 func (o *AdamW) ZeroGrad() (err error) {
 	defer torch.Catch("adamw zero grad", &err)
-	for _, p := range o.params {
-		g := torch.Must(p.T.Grad(false))
-		if defined(g) {
-			torch.InPlace(g, g.Zero_)
+	for _, g := range o.groups {
+		g.grad.Zero_()
+	}
+	for i, h := range o.handles {
+		if defined, same := h.GradIs(o.slots[i].grad); defined && !same {
+			h.AttachGrad(o.slots[i].grad)
 		}
-		g.MustDrop()
 	}
 	return nil
 }
 
 // Step clips the accumulated gradients and applies one AdamW update to every parameter
-// that has a gradient. A non-finite gradient norm changes nothing (not the gradients,
-// parameters, state or schedule) and returns ErrNonFinite, so the caller can stop and
-// keep the previous checkpoint.
+// that has a gradient. A non-finite gradient norm changes nothing (not the gradients'
+// values, parameters, state or schedule) and returns ErrNonFinite, so the caller can
+// stop and keep the previous checkpoint.
 func (o *AdamW) Step() (st StepStats, err error) {
 	k := o.steps + 1
 	defer torch.Catch(fmt.Sprintf("adamw step %d", k), &err)
-	grads := make([]*ts.Tensor, len(o.params))
-	defer func() { torch.Drop(grads...) }()
-	n := 0
-	for i, p := range o.params {
-		g := torch.Must(p.T.Grad(false))
-		if !defined(g) {
-			g.MustDrop()
-			continue
-		}
-		if o.slots[i].master != nil {
-			g = torch.Must(g.Totype(gotch.Float, true))
-		}
-		grads[i] = g
-		n++
-	}
-	if n == 0 {
+	has := o.adoptGrads()
+	segs := o.segments(has)
+	if len(segs) == 0 {
 		return StepStats{}, fmt.Errorf("adamw step %d: no parameter has a gradient; run Backward before Step: %w", k, ErrInput)
 	}
+	for _, g := range o.groups {
+		if g.half {
+			g.grad32.CopyFrom(g.grad)
+		}
+	}
 
-	total := gradNorm(grads)
+	total := o.gradNorm(has)
 	defer total.MustDrop()
 	st.GradNorm = torch.Item(total)
 	if math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		return StepStats{GradNorm: st.GradNorm}, fmt.Errorf("adamw step %d: gradient norm %v: %w", k, st.GradNorm, ErrNonFinite)
 	}
+	var clip torch.Raw // the clip coefficient; the zero Raw when clipping is off
 	if o.cfg.MaxGradNorm > 0 {
-		clipGrads(grads, total, o.cfg.MaxGradNorm)
+		coef := clipCoef(total, o.cfg.MaxGradNorm)
+		defer coef.MustDrop()
+		clip = torch.Of(coef)
 	}
 	st.LR = o.cfg.LRAt(k)
 	o.steps = k
-	for i, g := range grads {
-		if g != nil {
-			o.update(i, g, st.LR)
-		}
+	for _, sg := range segs {
+		o.update(sg, st.LR, clip)
 	}
 	return st, nil
 }
 
-// gradNorm is the L2 norm of the per-tensor L2 norms, as clip_grad_norm_.
-//
-//	grads: any shapes, nil entries skipped → []
-func gradNorm(grads []*ts.Tensor) *ts.Tensor {
-	var norms []*ts.Tensor
-	defer func() { torch.Drop(norms...) }()
-	for _, g := range grads {
-		if g != nil {
-			norms = append(norms, torch.Must(g.Norm(false)))
+// gradNorm is the L2 norm of the per-parameter L2 norms of the gradients (float32 for a
+// half-precision parameter), as clip_grad_norm_, over the parameters has marks.
+func (o *AdamW) gradNorm(has []bool) *ts.Tensor {
+	var norms []torch.Raw
+	defer func() { torch.Free(norms...) }()
+	for i, ok := range has {
+		if ok {
+			norms = append(norms, o.slots[i].grad32.Norm())
 		}
 	}
-	stacked := torch.Must(ts.Stack(norms, 0))
-	return torch.Must(stacked.Norm(true))
+	stacked := torch.RawStack(norms, 0)
+	defer stacked.Free()
+	return stacked.Norm().Wrap()
 }
 
-// clipGrads scales grads in place by min(1, maxNorm/(total + 1e-6)), computed on the
-// device as clip_grad_norm_ does (Python's max_norm / t is t.reciprocal() * max_norm).
-func clipGrads(grads []*ts.Tensor, total *ts.Tensor, maxNorm float64) {
+// clipCoef is clip_grad_norm_'s coefficient min(1, maxNorm/(total + 1e-6)), computed
+// on the device as it does (Python's max_norm / t is t.reciprocal() * max_norm). The
+// update scales each chunk of the gradients by it just before using them (see
+// updateChunk), which saves a pass over the gradients and gives the same values.
+func clipCoef(total *ts.Tensor, maxNorm float64) *ts.Tensor {
 	d := torch.Must(total.AddScalar(torch.Scalar(1e-6), false))
 	r := torch.Must(d.Reciprocal(true))
 	c := torch.Must(r.MulScalar(torch.Scalar(maxNorm), true))
-	coef := torch.Must(c.ClampMax(torch.Scalar(1), true))
-	defer coef.MustDrop()
-	for _, g := range grads {
-		if g != nil {
-			torch.InPlace(g, func() error { return g.Mul_(coef) })
-		}
-	}
-}
-
-// update applies AdamW to parameter i with its (clipped) gradient g at learning rate lr.
-func (o *AdamW) update(i int, g *ts.Tensor, lr float64) {
-	c, s := o.cfg, &o.slots[i]
-	// The parameter is a leaf that may require grad; its detached alias shares the
-	// storage and lets the update run in place without grad mode, which libtorch keeps
-	// per OS thread and Go does not pin.
-	param := torch.Must(o.params[i].T.Detach(false))
-	defer param.MustDrop()
-	target := param
-	if s.master != nil {
-		target = s.master
-	}
-
-	s.step++
-	// float64(·) keeps the products from fusing into FMAs, which Python never does.
-	torch.InPlace(target, func() error { return target.MulScalar_(torch.Scalar(1 - float64(lr*c.WeightDecay))) })
-	torch.InPlace(s.expAvg, func() error { return s.expAvg.Lerp_(g, torch.Scalar(1-c.Beta1)) })
-	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.MulScalar_(torch.Scalar(c.Beta2)) })
-	// addcmul_(g, g, value=1−β2) computes v + value·g·g left to right; gotch's addcmul
-	// takes no value, so the product is formed in the same order first.
-	sg := torch.Must(g.MulScalar(torch.Scalar(1-c.Beta2), false))
-	sgg := torch.Must(sg.Mul(g, true))
-	torch.InPlace(s.expAvgSq, func() error { return s.expAvgSq.Add_(sgg) })
-	sgg.MustDrop()
-
-	step := float64(s.step)
-	bc1 := 1 - pow(c.Beta1, step)
-	bc2 := 1 - pow(c.Beta2, step)
-	stepSize := lr / bc1
-	bc2Sqrt := math.Sqrt(bc2)
-	root := torch.Must(s.expAvgSq.Sqrt(false))
-	scaled := torch.Must(root.DivScalar(torch.Scalar(bc2Sqrt), true))
-	denom := torch.Must(scaled.AddScalar(torch.Scalar(c.Eps), true))
-	// addcdiv_(m, denom, value=−step_size) computes θ + value·m/denom.
-	num := torch.Must(s.expAvg.MulScalar(torch.Scalar(-stepSize), false))
-	delta := torch.Must(num.Div(denom, true))
-	denom.MustDrop()
-	torch.InPlace(target, func() error { return target.Add_(delta) })
-	delta.MustDrop()
-
-	if s.master != nil {
-		torch.Copy(param, s.master)
-	}
+	return torch.Must(c.ClampMax(torch.Scalar(1), true))
 }
 
 // pow is libm's pow, which CPython's float ** calls; Go's math.Pow can differ in the
