@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/...
 
-.PHONY: all build test test-build test-pure test-torch bench demo experiment libtorch fixtures clean
+.PHONY: all build test test-build test-pure test-torch bench bench-compare demo experiment libtorch fixtures clean
 
 all: build
 
@@ -45,6 +45,13 @@ test-torch: libtorch
 
 bench: libtorch
 	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...
+
+# The README's speed table: mempo's benchmarks against PyTorch/transformers on the same shapes and
+# thread counts, as a markdown ratio table (build/bench_compare/run.sh). The first run
+# installs torch 2.1.2 into ~/.cache/mempo/bench-venv (about 2.5 GB from PyPI); without
+# a CPython 3.8-3.11 with venv and pip it says so and skips. ITERS=n, BENCH='regexp'.
+bench-compare: libtorch
+	@build/bench_compare/run.sh
 
 # The main job: the embedded default end to end (pipelines/demo.mk), then its table. The two
 # RL variants and the evaluations are independent branches of the DAG: DEMO_JOBS of them run

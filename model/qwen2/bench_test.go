@@ -7,39 +7,32 @@ import (
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
-	"github.com/sugarme/gotch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
-// benchModel builds a randomly initialised preset; layers > 0 overrides the depth.
+// Every benchmark here runs once per thread count in benchThreads (sub-benchmarks
+// threads=1 and threads=2), so that build/bench_compare can set PyTorch to the same
+// count; fixed shapes and seeds are named in each doc comment. Each reports its mean
+// rate, the rate of its fastest iteration (best-, what build/bench_compare compares,
+// since this machine is shared) and gemm-fraction: the matmul FLOP rate of the
+// fastest iteration (forwardFLOPs) over libtorch's peak fp32 GEMM rate at the same
+// thread count, measured once per process (gemmFLOPS). build/bench_compare/compare.py times the same workloads in PyTorch.
+var benchThreads = []int{1, 2}
+
+// benchModel builds a randomly initialised preset (seed 7); layers > 0 overrides the depth.
 func benchModel(b *testing.B, preset string, layers int) *Model {
 	c, err := Preset(preset, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if layers > 0 {
-		c.NumLayers = layers
+		c.NumLayers, c.MaxWindowLayers = layers, layers
 	}
 	return newTestModel(b, c, Options{})
 }
 
-// gemmFLOPS measures libtorch float32 matmul throughput on this machine (1024³),
-// the denominator of the "fraction of GEMM" figures.
-func gemmFLOPS() float64 {
-	const n = 1024
-	a := torch.RawZeros([]int64{n, n}, gotch.Float, gotch.CPU)
-	defer a.Free()
-	run := func() { a.Matmul(a).Free() }
-	run()
-	start := time.Now()
-	reps := 0
-	for time.Since(start) < 300*time.Millisecond {
-		run()
-		reps++
-	}
-	return 2 * n * n * n * float64(reps) / time.Since(start).Seconds()
-}
-
-// benchForward scores batch × seq tokens per iteration through the full model.
+// benchForward scores batch × seq random tokens (seed 1) per iteration through the
+// full model, logits at every position, after one untimed warm-up pass.
 func benchForward(b *testing.B, m *Model, batch, seq int) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	rows := make([][]int64, batch)
@@ -49,21 +42,22 @@ func benchForward(b *testing.B, m *Model, batch, seq int) {
 	bt := NewBatch(rows, make([]int, batch), nil, 0)
 	ids, pos, mask := m.tensors(bt)
 	defer torch.Drop(ids, pos, mask)
-	flops := gemmFLOPS()
-	b.ResetTimer()
-	for b.Loop() {
-		l := m.Forward(ids, pos, mask, nil)
-		l.MustDrop()
-	}
-	tokPerS := float64(batch*seq*b.N) / b.Elapsed().Seconds()
-	b.ReportMetric(tokPerS, "tokens/s")
-	// A forward pass costs about 2 FLOPs per parameter per token.
-	b.ReportMetric(tokPerS*2*float64(m.Config.NumParams())/flops, "gemm-fraction")
+	torchtest.GEMMFLOPS()
+	best := torchtest.TimeLoop(b, func() { m.Forward(ids, pos, mask, nil).MustDrop() })
+	torchtest.ReportRate(b, best, batch*seq, m.Config.ForwardFLOPs(batch*seq, batch*seq))
 }
 
-func BenchmarkForwardTiny(b *testing.B) { benchForward(b, benchModel(b, "tiny", 0), 8, 128) }
+// BenchmarkForwardTiny is the forward pass of the tiny preset over 8 × 128 tokens.
+func BenchmarkForwardTiny(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchForward(b, benchModel(b, "tiny", 0), 8, 128) })
+}
+
+// BenchmarkForward05BShape2L is the forward pass of Qwen2.5-0.5B's widths and
+// 151936-token vocabulary with two layers over 1 × 128 tokens.
 func BenchmarkForward05BShape2L(b *testing.B) {
-	benchForward(b, benchModel(b, "qwen2.5-0.5b-shape", 2), 1, 128)
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
+		benchForward(b, benchModel(b, "qwen2.5-0.5b-shape", 2), 1, 128)
+	})
 }
 
 // Measured on the 2-core CI machine (AMD EPYC, load 0.7-1.0 from other jobs),
@@ -88,18 +82,22 @@ func BenchmarkForward05BShape2L(b *testing.B) {
 // thread count is the caller's choice (torch.SetNumThreads or OMP_NUM_THREADS).
 
 // BenchmarkDecodeTiny generates 32 tokens for 8 prompts of 64 tokens per iteration.
-func BenchmarkDecodeTiny(b *testing.B) { benchDecode(b, 8) }
+func BenchmarkDecodeTiny(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, 8) })
+}
 
 // BenchmarkDecodeTiny16 is BenchmarkDecodeTiny at batch 16, the demo's rollout batch.
-func BenchmarkDecodeTiny16(b *testing.B) { benchDecode(b, 16) }
+func BenchmarkDecodeTiny16(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, 16) })
+}
 
-// benchDecode generates 32 tokens (T=1, top-p 0.9) for batch prompts of 64 tokens
-// per iteration. It reports generated tokens/s end to end, prefill-ms (one
-// Generate of a single token: the prompts' forward pass, which the end-to-end
-// figure includes) and decode-tokens/s (generated tokens after the first over the
-// time after the prefill), and gemm-fraction: every token the model processes,
-// prompt or generated, at 2 FLOPs per parameter, as a fraction of libtorch's GEMM
-// rate.
+// benchDecode generates 32 tokens (T=1, top-p 0.9, no stop token) for batch random
+// prompts of 64 tokens (seed 2, row i sampled with seed i) per iteration on the tiny
+// preset. It reports generated tokens/s end to end, prefill-ms (one Generate of a
+// single token: the prompts' forward pass, which the end-to-end figure includes) and
+// decode-tokens/s (generated tokens after the first over the fastest iteration's
+// time after the prefill), and gemm-fraction: the 64 + 31 positions each row feeds through the
+// layers and the 32 that go through the head (forwardFLOPs).
 func benchDecode(b *testing.B, batch int) {
 	m := benchModel(b, "tiny", 0)
 	rng := rand.New(rand.NewPCG(2, 2))
@@ -107,6 +105,7 @@ func benchDecode(b *testing.B, batch int) {
 	for i := range batch {
 		reqs = append(reqs, Request{Prompt: randomTokens(rng, 64, m.Config.VocabSize), Seed: uint64(i)})
 	}
+	const newTokens = 32
 	generate := func(n int) int {
 		out, err := m.Generate(reqs, sample.Config{Temperature: 1, TopP: 0.9, MaxNewTokens: n})
 		if err != nil {
@@ -118,7 +117,7 @@ func benchDecode(b *testing.B, batch int) {
 		}
 		return got
 	}
-	flops := gemmFLOPS()
+	torchtest.GEMMFLOPS()
 	var prefill time.Duration
 	for i := range 3 {
 		start := time.Now()
@@ -127,33 +126,36 @@ func benchDecode(b *testing.B, batch int) {
 			prefill = d
 		}
 	}
-	n := 0
-	for b.Loop() {
-		n += generate(32)
-	}
-	el := b.Elapsed().Seconds()
-	b.ReportMetric(float64(n)/el, "tokens/s")
+	best := torchtest.TimeLoop(b, func() {
+		if got := generate(newTokens); got != batch*newTokens {
+			b.Fatalf("generated %d tokens, want %d", got, batch*newTokens)
+		}
+	})
+	torchtest.ReportRate(b, best, batch*newTokens, m.Config.ForwardFLOPs(batch*(64+newTokens-1), batch*newTokens))
 	b.ReportMetric(float64(prefill.Milliseconds()), "prefill-ms")
-	b.ReportMetric(float64(n-b.N*batch)/(el-float64(b.N)*prefill.Seconds()), "decode-tokens/s")
-	processed := float64(n + b.N*batch*64)
-	b.ReportMetric(processed/el*2*float64(m.Config.NumParams())/flops, "gemm-fraction")
+	if best > prefill { // else the prefill was timed under more load than the best iteration
+		b.ReportMetric(float64(batch*(newTokens-1))/(best-prefill).Seconds(), "decode-tokens/s")
+	}
 }
 
-// BenchmarkLogProbsTiny scores 16 pairs of 64 context and 64 response tokens per
-// iteration, with entropy, as the log-prob stage does.
+// BenchmarkLogProbsTiny scores 16 random pairs (seed 3) of 64 context and 64
+// response tokens per iteration on the tiny preset, with entropy, in one batch
+// (ScoreConfig's default budget and chunk of 256). tokens/s counts context and
+// response tokens.
 func BenchmarkLogProbsTiny(b *testing.B) {
-	m := benchModel(b, "tiny", 0)
-	rng := rand.New(rand.NewPCG(3, 3))
-	var pairs []Pair
-	for range 16 {
-		pairs = append(pairs, Pair{Context: randomTokens(rng, 64, m.Config.VocabSize), Response: randomTokens(rng, 64, m.Config.VocabSize)})
-	}
-	n := 0
-	for b.Loop() {
-		if _, err := m.LogProbs(pairs, ScoreConfig{Entropy: true}); err != nil {
-			b.Fatal(err)
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
+		m := benchModel(b, "tiny", 0)
+		rng := rand.New(rand.NewPCG(3, 3))
+		var pairs []Pair
+		for range 16 {
+			pairs = append(pairs, Pair{Context: randomTokens(rng, 64, m.Config.VocabSize), Response: randomTokens(rng, 64, m.Config.VocabSize)})
 		}
-		n += 16 * 128
-	}
-	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tokens/s")
+		score := func() {
+			if _, err := m.LogProbs(pairs, ScoreConfig{Entropy: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		torchtest.GEMMFLOPS()
+		torchtest.ReportRate(b, torchtest.TimeLoop(b, score), 16*128, m.Config.ForwardFLOPs(16*128, 16*64))
+	})
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // benchRollouts fabricates mempo-shaped trajectories of random tokens: a 150-token
@@ -125,4 +127,55 @@ func BenchmarkLogprobPasses(b *testing.B) {
 	b.ReportMetric(rate(sep), "sepmem_tok/s")
 	b.ReportMetric(mem.Seconds()/old.Seconds(), "mem/old")
 	b.ReportMetric(sep.Seconds()/old.Seconds(), "sepmem/old")
+}
+
+// BenchmarkOldPass is the old-log-prob pass as the stage runs it
+// (DefaultConfig's token budget of 8192 and chunk of 256, temperature 1, no entropy;
+// right-padded batches, longest first) on 2 threads over benchRollouts(2, 8, 5): 80
+// turns of the tiny preset (seed 1), 16 of 150 + 60 tokens and 64 of 310 + 60, 27040
+// tokens in all. heap=default runs under glibc's malloc defaults, heap=bounded under
+// torch.BoundHeap as Run sets it; the bound cannot be undone, so it runs second and
+// this benchmark stays last in the package's first file. tokens/s counts context and
+// response tokens; gemm-fraction counts no padding.
+func BenchmarkOldPass(b *testing.B) {
+	for _, heap := range []string{"default", "bounded"} {
+		b.Run("heap="+heap, func(b *testing.B) {
+			if heap == "bounded" {
+				torch.BoundHeap()
+			}
+			torchtest.ForThreads(b, []int{2}, benchOldPass)
+		})
+	}
+}
+
+func benchOldPass(b *testing.B) {
+	c, err := qwen2.Preset("tiny", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := qwen2.New(c, qwen2.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Drop()
+	if err := m.Init(1); err != nil {
+		b.Fatal(err)
+	}
+	rows, _ := benchRollouts(2, 8, 5, c.VocabSize)
+	var pairs []qwen2.Pair
+	tokens, scored := 0, 0
+	for _, r := range rows {
+		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+		tokens += len(r.PromptIDs) + len(r.ResponseIDs)
+		scored += len(r.ResponseIDs)
+	}
+	d := DefaultConfig()
+	sc := qwen2.ScoreConfig{TokenBudget: d.TokenBudget, Chunk: d.Chunk, Temperature: d.Temperature}
+	score := func() {
+		if _, err := m.LogProbs(pairs, sc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	torchtest.GEMMFLOPS()
+	torchtest.ReportRate(b, torchtest.TimeLoop(b, score), tokens, c.ForwardFLOPs(tokens, scored))
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch/torchtest"
 	"github.com/mempo/mempo/train"
 )
 
@@ -85,25 +86,107 @@ func miniBatch(b *testing.B, tr train.PPOStep, adam *train.AdamW, samples []Samp
 	return len(micros)
 }
 
+// The benchmarks below run once per thread count in benchThreads (sub-benchmarks
+// threads=1 and threads=2) on a model initialised with seed 1 and turns drawn with
+// seed (1, 1), each of 192 context and 64 response tokens, every mini-batch in one
+// micro-batch. Besides their mean rates they report the rate of the fastest iteration
+// (best-) and its gemm-fraction, the matmul FLOP rate of the forward and backward
+// passes (3 × forwardFLOPs) over libtorch's peak fp32 GEMM rate at the same thread
+// count, and the optimizer step bw-fraction, its minimal memory traffic over the copy
+// bandwidth. build/bench_compare/compare.py times the same
+// workloads in PyTorch.
+var benchThreads = []int{1, 2}
+
 // BenchmarkUpdateTiny measures forward+backward throughput of the update on the tiny
-// preset: 16 turns of 192 context and 64 response tokens, one pass.
-func BenchmarkUpdateTiny(b *testing.B) { benchUpdate(b, "tiny", 0, 16) }
+// preset: 16 turns, one pass.
+func BenchmarkUpdateTiny(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchUpdate(b, "tiny", 0, 16, false) })
+}
 
 // BenchmarkUpdate05BShape2L is the same on Qwen2.5-0.5B's widths and 151936-token
 // vocabulary with two layers and 2 turns per mini-batch (the head dominates).
-func BenchmarkUpdate05BShape2L(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shape", 2, 2) }
+func BenchmarkUpdate05BShape2L(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shape", 2, 2, false) })
+}
 
-func benchUpdate(b *testing.B, preset string, layers, turns int) {
+// BenchmarkUpdateAdamW05BShape2L is BenchmarkUpdate05BShape2L with the optimizer
+// step: forward, backward, AdamW (DefaultAdamW, clipping included) and zeroing the
+// gradients, one optimizer step per mini-batch of 2 turns.
+func BenchmarkUpdateAdamW05BShape2L(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shape", 2, 2, true) })
+}
+
+func benchUpdate(b *testing.B, preset string, layers, turns int, step bool) {
 	tr, adam := benchTrainer(b, preset, layers)
 	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), turns, 192, 64, tr.Model.Config.VocabSize)
-	start := time.Now()
-	n := 0
-	for b.Loop() {
-		miniBatch(b, tr, adam, samples, 0)
-		n++
+	iter := func() {
+		if !step {
+			miniBatch(b, tr, adam, samples, 0)
+			return
+		}
+		backward(b, tr, samples)
+		if _, err := adam.Step(); err != nil {
+			b.Fatal(err)
+		}
+		if err := adam.ZeroGrad(); err != nil {
+			b.Fatal(err)
+		}
 	}
-	b.ReportMetric(float64(n*turns*64)/time.Since(start).Seconds(), "resp_tokens/s")
-	b.ReportMetric(float64(n*turns*256)/time.Since(start).Seconds(), "tokens/s")
+	torchtest.GEMMFLOPS()
+	best := torchtest.TimeLoop(b, iter)
+	b.ReportMetric(float64(b.N*turns*64)/b.Elapsed().Seconds(), "resp_tokens/s")
+	torchtest.ReportRate(b, best, turns*256, 3*tr.Model.Config.ForwardFLOPs(turns*256, turns*64))
+	if step {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+	}
+}
+
+// backward runs the forward and backward passes of samples as one micro-batch.
+func backward(b *testing.B, tr train.PPOStep, samples []Sample) {
+	batch := make([]*train.Sequence, len(samples))
+	lengths := make([]int, len(samples))
+	for i := range samples {
+		batch[i], lengths[i] = &samples[i].Sequence, len(samples[i].Response)
+	}
+	div, err := train.Divisor(tr.Objective.Agg, lengths)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tr.Micro(batch, div); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// adamWBytes is the memory traffic of one fused float32 AdamW step with clipping,
+// per parameter: the norm reads the gradient (4 B), the clip reads and writes it (8),
+// the update reads parameter, gradient and both moments and writes parameter and
+// moments (28). An optimizer at the copy bandwidth would move exactly this.
+const adamWBytes = 40
+
+// BenchmarkAdamWStep05BShape2L is the optimizer step alone (DefaultAdamW, clipping
+// included) on the 0.5B-shaped model with two layers, whose gradients come from one
+// backward pass over 2 turns before the timer starts and stay set. It reports
+// steps/s, and of the fastest step best-steps/s, params/s and bw-fraction:
+// adamWBytes per parameter per step over the copy bandwidth at the same thread count.
+func BenchmarkAdamWStep05BShape2L(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
+		tr, adam := benchTrainer(b, "qwen2.5-0.5b-shape", 2)
+		samples := benchSamples(rand.New(rand.NewPCG(1, 1)), 2, 192, 64, tr.Model.Config.VocabSize)
+		backward(b, tr, samples)
+		bw := torchtest.CopyBandwidth()
+		step := func() {
+			if _, err := adam.Step(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		best := 1 / torchtest.TimeLoop(b, step).Seconds()
+		params := float64(tr.Model.Config.NumParams())
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+		b.ReportMetric(best, "best-steps/s")
+		b.ReportMetric(best*params, "params/s")
+		b.ReportMetric(best*params*adamWBytes/bw, "bw-fraction")
+		b.ReportMetric(bw/1e9, "copy-GB/s")
+	})
 }
 
 // BenchmarkAccumulationOverhead is the cost of gradient accumulation: the time of a

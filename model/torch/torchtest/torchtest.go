@@ -1,0 +1,114 @@
+// Package torchtest holds the benchmark helpers of the tensor packages: thread pinning,
+// the fastest-iteration timer, and the machine's measured roofline (fp32 GEMM rate and
+// copy bandwidth) that throughput is reported as a fraction of (DESIGN.md §10).
+package torchtest
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
+)
+
+// ForThreads runs f as one sub-benchmark per thread count ("threads=N"). OpenMP
+// keeps the thread count per OS thread, so each sub-benchmark pins its goroutine
+// before setting it.
+func ForThreads(b *testing.B, counts []int, f func(b *testing.B)) {
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("threads=%d", n), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			old := torch.NumThreads()
+			if err := torch.SetNumThreads(n); err != nil {
+				b.Fatal(err)
+			}
+			defer torch.SetNumThreads(old)
+			f(b)
+		})
+	}
+}
+
+var (
+	rooflineMu sync.Mutex
+	gemmRate   = map[int]float64{}
+	copyRate   = map[int]float64{}
+)
+
+// measure calls op for 300 ms after one warm-up call and returns the calls per second
+// of the fastest call: the peak rate, less the time other processes took.
+func Measure(op func()) float64 {
+	op()
+	var best time.Duration
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		t := time.Now()
+		op()
+		if d := time.Since(t); best == 0 || d < best {
+			best = d
+		}
+	}
+	return 1 / best.Seconds()
+}
+
+// TimeLoop calls op once untimed, then once per b.Loop iteration, and returns the
+// fastest iteration. On a shared machine the minimum drops the time other processes
+// took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the mean.
+func TimeLoop(b *testing.B, op func()) time.Duration {
+	op()
+	var best time.Duration
+	for b.Loop() {
+		t := time.Now()
+		op()
+		if d := time.Since(t); best == 0 || d < best {
+			best = d
+		}
+	}
+	return best
+}
+
+// GEMMFLOPS is libtorch's float32 matmul throughput (1024³) at the calling thread's
+// thread count, measured on first use per count: the denominator of gemm-fraction.
+func GEMMFLOPS() float64 {
+	rooflineMu.Lock()
+	defer rooflineMu.Unlock()
+	threads := torch.NumThreads()
+	if r, ok := gemmRate[threads]; ok {
+		return r
+	}
+	const n = 1024
+	a := torch.RawZeros([]int64{n, n}, gotch.Float, gotch.CPU)
+	defer a.Free()
+	gemmRate[threads] = 2 * n * n * n * Measure(func() { a.Matmul(a).Free() })
+	return gemmRate[threads]
+}
+
+// ReportRate reports tokens/s over all iterations, best-tokens/s of the fastest
+// iteration best, the gemm-fraction of flopsPerIter in that iteration and the GEMM
+// rate it is a fraction of.
+func ReportRate(b *testing.B, best time.Duration, tokensPerIter int, flopsPerIter float64) {
+	b.ReportMetric(float64(tokensPerIter*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(float64(tokensPerIter)/best.Seconds(), "best-tokens/s")
+	b.ReportMetric(flopsPerIter/best.Seconds()/GEMMFLOPS(), "gemm-fraction")
+	b.ReportMetric(GEMMFLOPS()/1e9, "gemm-GFLOP/s")
+}
+
+// CopyBandwidth is the bytes per second libtorch's copy_ moves between two 256 MiB
+// float32 tensors (read plus write) at the calling thread's thread count, measured on
+// first use per count: the denominator of bw-fraction.
+func CopyBandwidth() float64 {
+	rooflineMu.Lock()
+	defer rooflineMu.Unlock()
+	threads := torch.NumThreads()
+	if r, ok := copyRate[threads]; ok {
+		return r
+	}
+	const n = 64 << 20
+	src := torch.RawZeros([]int64{n}, gotch.Float, gotch.CPU)
+	dst := torch.RawZeros([]int64{n}, gotch.Float, gotch.CPU)
+	defer torch.Free(src, dst)
+	copyRate[threads] = 2 * 4 * n * Measure(func() { dst.CopyFrom(src) })
+	return copyRate[threads]
+}
