@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 
 	"github.com/mempo/mempo/model/qwen2"
@@ -24,11 +23,15 @@ type NLLStep struct {
 // mean, as verl's SFT trainer), backpropagated into the weights' gradients. With a
 // context weight w > 0 every context token after the first also counts, with weight w:
 // the objective is Σ weight·NLL / Σ weight. It returns the response tokens' mean NLL
-// and their count; a non-finite loss is an error before any gradient.
+// and their count; a non-finite loss is an error before any gradient. It runs on the
+// torch thread (torch.Do), as PPOStep.Micro does.
 func (t NLLStep) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
-	// libtorch keeps grad mode per OS thread; pin, and make sure it is on.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	torch.Do(func() { loss, tokens, err = t.backward(batch) })
+	return loss, tokens, err
+}
+
+func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
+	// libtorch keeps grad mode per OS thread; make sure it is on.
 	defer torch.SetGrad(torch.SetGrad(true))
 	pairs := make([]qwen2.Pair, len(batch))
 	var isResponse []float32 // per scored token: 0 in the context, 1 in the response

@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"math"
-	"runtime"
 
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
@@ -34,11 +33,17 @@ type PPOStep struct {
 // every response token (with gradients), the objective under the mini-batch's divisor,
 // and the backward pass that adds this micro-batch's share to the gradients. A
 // non-finite loss is reported before the backward pass, so no gradient sees it.
+//
+// It runs on the torch thread (torch.Do), so every micro-batch allocates from the
+// same glibc arena and RSS stays flat across steps.
 func (t PPOStep) Micro(batch []*Sequence, divisor float64) (st Stats, err error) {
+	torch.Do(func() { st, err = t.micro(batch, divisor) })
+	return st, err
+}
+
+func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error) {
 	// libtorch keeps grad mode per OS thread, and a no-grad scorer (qwen2.LogProbs) may
-	// have left it off on whichever thread this goroutine lands on: pin and set it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// have left it off on the torch thread: set it.
 	defer torch.SetGrad(torch.SetGrad(true))
 	pairs := make([]qwen2.Pair, len(batch))
 	width, n := 0, 0

@@ -160,7 +160,9 @@ func (m *Model) checkPair(p Pair) error {
 //
 // The log-probs are computed chunk by chunk (see chunkLogProbs). With gradients,
 // autograd keeps each chunk's logits for the backward pass, so training memory still
-// grows with tokens × vocab.
+// grows with tokens × vocab. The backward pass adds the head's and (on the CPU) the
+// embedding's weight gradients into those weights' gradients in place, outside
+// autograd's own accumulation (see Model.embed and Model.logits).
 func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
 	cfg = cfg.withDefaults()
 	for i, p := range pairs {

@@ -162,7 +162,7 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	p.cos, p.sin = m.rope.at(pos, b, t)
 	p.bias5 = bias.View(b, 1, 1, t, past+t)
 	defer p.free()
-	h := torch.Of(m.Embed).Embedding(ids)
+	h := m.embed(ids, p.grad)
 	for i, l := range m.Layers {
 		var kv *layerCache
 		if cache != nil {
@@ -183,15 +183,38 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	return m.Norm.forward(h, p)
 }
 
+// embed looks ids: [b, t] up in the embedding: [b, t, hidden]. While autograd
+// records and the embedding is trained on the CPU, the backward pass adds the rows'
+// gradients into its gradient in place (torch.EmbeddingInPlaceGrad), which saves a
+// vocab × hidden tensor of fresh zeroed pages per backward and, with a tied head,
+// autograd's out-of-place sum of the weight's two gradients. On a GPU the
+// caching allocator already reuses memory, and index_add_ there sums with atomics in
+// no fixed order, so autograd's deterministic backward stays.
+func (m *Model) embed(ids torch.Raw, grad bool) torch.Raw {
+	w := torch.Of(m.Embed)
+	if grad && !m.device.IsCuda() && w.RequiresGrad() {
+		return w.EmbeddingInPlaceGrad(ids)
+	}
+	return w.Embedding(ids)
+}
+
 // Logits maps hidden states h: [..., hidden] to float32 logits [..., vocab].
 func (m *Model) Logits(h *ts.Tensor) *ts.Tensor { return m.logits(torch.Of(h)).Wrap() }
 
 func (m *Model) logits(h torch.Raw) torch.Raw {
-	w := m.Embed
+	w := torch.Of(m.Embed)
 	if m.LMHead != nil {
-		w = m.LMHead.Weight
+		w = torch.Of(m.LMHead.Weight)
 	}
-	y := h.Linear(torch.Of(w), torch.None)
+	var y torch.Raw
+	if w.RequiresGrad() && torch.GradEnabled() {
+		// The head's weight gradient goes into its gradient in place
+		// (torch.LinearInPlaceGrad), not into a fresh vocab × hidden tensor per
+		// backward that autograd then adds into it.
+		y = h.LinearInPlaceGrad(w)
+	} else {
+		y = h.Linear(w, torch.None)
+	}
 	if m.dtype == gotch.Float {
 		return y
 	}
