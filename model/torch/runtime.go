@@ -9,7 +9,10 @@ package torch
 // const char *mempo_torch_version();
 // int mempo_torch_num_threads();
 // void mempo_torch_set_num_threads(int n);
-// int mempo_torch_fix_mmap_threshold();
+// #include <stddef.h>
+// void mempo_torch_bound_heap();
+// void mempo_torch_trim_heap();
+// void mempo_torch_heap_stats(size_t *live, size_t *idle);
 import "C"
 
 import (
@@ -19,12 +22,33 @@ import (
 	lib "github.com/sugarme/gotch/libtch"
 )
 
-// BoundHeap fixes glibc's mmap threshold (see runtime.cpp) so that peak RSS stays flat
-// while a stage streams a dataset of any size through the model. Stages whose work grows
-// with their input (log-prob scoring, rollout) call it; training stages do not, since
-// the extra mapping work roughly halves their step rate and their working set is
-// bounded by the batch.
-func BoundHeap() { C.mempo_torch_fix_mmap_threshold() }
+// BoundHeap installs a caching allocator for libtorch's CPU tensor buffers of 1 MiB and
+// more (runtime.cpp's BlockCache): each is a mapping of its own, kept when its tensor
+// dies and reused by the next request it fits, with resident bytes held within twice
+// the peak live bytes since the last TrimHeap. Peak RSS then stays flat while a stage
+// streams a dataset of any size through the model, and a pass's buffers are faulted in
+// once rather than on every op (measurements in runtime.cpp). Stages whose work grows
+// with their input (log-prob scoring, rollout) call it once and TrimHeap after each
+// shard; it cannot be undone. Training stages have not been measured with it and run
+// under glibc's defaults.
+func BoundHeap() {
+	C.mempo_torch_bound_heap()
+}
+
+// TrimHeap unmaps the buffers BoundHeap's cache holds idle and returns glibc's free
+// heap pages to the kernel, so what one shard needed does not stay resident for the
+// next. It costs the next pass one page fault per page of its working set: call it
+// between shards, not between the batches of a pass.
+func TrimHeap() {
+	C.mempo_torch_trim_heap()
+}
+
+// HeapStats reports the bytes of BoundHeap's cache: in live tensors, and idle.
+func HeapStats() (live, idle int64) {
+	var l, i C.size_t
+	C.mempo_torch_heap_stats(&l, &i)
+	return int64(l), int64(i)
+}
 
 // WantVersion is the libtorch release gotch v0.9.1 is generated against.
 const WantVersion = "2.1.2"

@@ -76,3 +76,73 @@ func TestMatmulBackward(t *testing.T) {
 	check("dy/dx", gx.Float64Values(), []float64{4, 6})
 	check("dy/dA", ga.Float64Values(), []float64{5, 6, 5, 6})
 }
+
+// TestBoundHeap walks BoundHeap's cache through reuse, a miss, eviction and trims,
+// checking its live and idle bytes after every step. Sizes are in MiB.
+func TestBoundHeap(t *testing.T) {
+	BoundHeap()
+	TrimHeap()
+	base, _ := HeapStats()
+	held := map[string]Raw{}
+	defer func() {
+		for _, r := range held {
+			r.Free()
+		}
+	}()
+	steps := []struct {
+		do         string // "alloc", "free" or "trim"
+		name       string
+		mib        float64
+		live, idle float64 // after the step
+	}{
+		{"alloc", "small", 0.5, 0, 0}, // below 1 MiB: malloc's
+		{"alloc", "a", 4, 4, 0},
+		{"free", "a", 0, 0, 4},
+		{"alloc", "b", 3, 4, 0}, // a's block: b is at least half its size
+		{"free", "b", 0, 0, 4},
+		{"alloc", "c", 1, 1, 4}, // a miss: 4 MiB is over twice 1 MiB
+		{"free", "c", 0, 0, 5},
+		{"alloc", "d", 6, 6, 5},
+		{"free", "d", 0, 0, 11},
+		{"alloc", "e", 7, 7, 7}, // 11 idle + 7 exceeds twice the peak of 7: a's block goes
+		{"trim", "", 0, 7, 0},
+		{"free", "e", 0, 0, 7},
+		{"free", "small", 0, 0, 7},
+		{"trim", "", 0, 0, 0},
+	}
+	const mib = 1 << 20
+	for i, s := range steps {
+		switch s.do {
+		case "alloc":
+			held[s.name] = RawEmpty([]int64{int64(s.mib * mib / 4)}, gotch.Float, gotch.CPU)
+		case "free":
+			held[s.name].Free()
+			delete(held, s.name)
+		case "trim":
+			TrimHeap()
+		}
+		live, idle := HeapStats()
+		if got, want := [2]float64{float64(live-base) / mib, float64(idle) / mib}, [2]float64{s.live, s.idle}; got != want {
+			t.Fatalf("step %d (%s %s %g): HeapStats() = live %g, idle %g MiB; want %g, %g", i, s.do, s.name, s.mib, got[0], got[1], want[0], want[1])
+		}
+	}
+}
+
+// TestBoundHeapValues checks that a tensor in a reused block holds what was written.
+func TestBoundHeapValues(t *testing.T) {
+	BoundHeap()
+	want := make([]float32, 1<<19) // 2 MiB
+	for i := range want {
+		want[i] = float32(i)
+	}
+	for range 2 { // the second copy reuses the first's block
+		r := RawFromHost(want, []int64{int64(len(want))}, gotch.CPU)
+		got := ToHost[float32](r)
+		r.Free()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("ToHost(RawFromHost(v))[%d] = %v, want %v", i, got[i], want[i])
+			}
+		}
+	}
+}

@@ -232,6 +232,8 @@ func (s *state) check(file string, i int, r *format.Rollout) error {
 }
 
 func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
+	// The old and ref passes reuse one working set; the next shard starts afresh.
+	defer torch.TrimHeap()
 	if err := s.load(); err != nil {
 		return err
 	}
