@@ -79,6 +79,31 @@ func (c *Cache) Keep(rows []int64) {
 	}
 }
 
+// copyRows returns a new cache of the given rows of c, in that order, with c's filled
+// slots and room for capacity slots in all.
+func (c *Cache) copyRows(rows []int64, capacity int) *Cache {
+	out := &Cache{len: c.len, cap: int64(capacity), device: c.device}
+	idx := torch.RawFromHost(rows, []int64{int64(len(rows))}, c.device)
+	defer idx.Free()
+	for _, l := range c.layers {
+		nl := layerCache{cache: out}
+		for _, p := range [2]struct {
+			dst *torch.Raw
+			src torch.Raw
+		}{{&nl.k, l.k}, {&nl.v, l.v}} {
+			size := p.src.Size()
+			*p.dst = torch.RawZeros([]int64{int64(len(rows)), size[1], out.cap, size[3]}, p.src.DType(), c.device)
+			filled := p.src.Narrow(2, 0, c.len)
+			picked := filled.IndexSelect(0, idx)
+			dst := p.dst.Narrow(2, 0, c.len)
+			dst.CopyFrom(picked)
+			torch.Free(filled, picked, dst)
+		}
+		out.layers = append(out.layers, nl)
+	}
+	return out
+}
+
 // Drop frees the cache's tensors; a second Drop does nothing.
 func (c *Cache) Drop() {
 	for _, l := range c.layers {

@@ -3,9 +3,9 @@ package qwen2
 import (
 	"fmt"
 	"runtime"
-	"slices"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
 )
 
 // Branch is a continuation of the first Prefix tokens of a Tree's trunk.
@@ -17,34 +17,16 @@ type Branch struct {
 	From int
 }
 
-// Tree is a trunk sequence with branches that each continue one prefix of it. The
-// packed row [trunk, branch 0, branch 1, …] runs under one attention mask (in chunks,
-// see treeChunk) that scores every branch as if it followed its prefix alone: a branch token attends to Trunk[:Prefix] and to the
-// earlier tokens of its own branch and sits at position Prefix+j; trunk tokens never
-// attend to branches. So many continuations of one context (the memory pass's answer
-// copies after every turn of a trajectory, or every memory of a prompt) cost one
-// forward over the shared tokens instead of one per continuation.
+// Tree is a trunk sequence with branches that each continue one prefix of it. Each
+// branch is scored as if it followed its prefix alone: a branch token attends to
+// Trunk[:Prefix] and to the earlier tokens of its own branch and sits at position
+// Prefix+j. The trunk runs once into a KV cache that every branch reads (see
+// branchBatch), so many continuations of one context (the memory pass's answer copies
+// after every turn of a trajectory, or every memory of a prompt) cost one forward over
+// the shared tokens plus their own tokens, instead of one per continuation.
 type Tree struct {
 	Trunk    []int64
 	Branches []Branch
-}
-
-// width is the packed row length.
-func (t Tree) width() int {
-	n := len(t.Trunk)
-	for _, b := range t.Branches {
-		n += len(b.IDs)
-	}
-	return n
-}
-
-// scored is the number of log-probs the tree yields.
-func (t Tree) scored() int {
-	n := 0
-	for _, b := range t.Branches {
-		n += len(b.IDs) - b.From
-	}
-	return n
 }
 
 func (m *Model) checkTree(t Tree) error {
@@ -74,72 +56,12 @@ func (m *Model) checkTree(t Tree) error {
 	return nil
 }
 
-// packed is the host side of a batch of trees: ids, positions and the [row, query,
-// key] attention mask of right-padded rows, and for every scored token the flat
-// index of the position that predicts it and its id.
-type packed struct {
-	rows, width int
-	ids, pos    []int64
-	mask        []bool
-	at, target  []int64
-}
-
-// pack lays trees out one per row. Padding queries attend to key 0 only, so no mask
-// row is empty and softmax never sees all -inf.
-func pack(trees []Tree) packed {
-	p := packed{rows: len(trees)}
-	for _, t := range trees {
-		p.width = max(p.width, t.width())
-	}
-	w := p.width
-	p.ids = make([]int64, p.rows*w)
-	p.pos = make([]int64, p.rows*w)
-	p.mask = make([]bool, p.rows*w*w)
-	for r, t := range trees {
-		base := r * w
-		for i, id := range t.Trunk {
-			p.ids[base+i], p.pos[base+i] = id, int64(i)
-			row := p.mask[(base+i)*w:]
-			for k := 0; k <= i; k++ {
-				row[k] = true
-			}
-		}
-		off := len(t.Trunk)
-		for _, b := range t.Branches {
-			for j, id := range b.IDs {
-				q := off + j
-				p.ids[base+q], p.pos[base+q] = id, int64(b.Prefix+j)
-				row := p.mask[(base+q)*w:]
-				for k := 0; k < b.Prefix; k++ {
-					row[k] = true
-				}
-				for k := off; k <= q; k++ {
-					row[k] = true
-				}
-				if j < b.From {
-					continue
-				}
-				from := base + off + j - 1
-				if j == 0 {
-					from = base + b.Prefix - 1
-				}
-				p.at = append(p.at, int64(from))
-				p.target = append(p.target, id)
-			}
-			off += len(b.IDs)
-		}
-		for q := off; q < w; q++ {
-			p.mask[(base+q)*w] = true
-		}
-	}
-	return p
-}
-
 // BranchLogProbs scores every branch of every tree without gradients:
-// out[tree][branch][j-From] = log π(IDs[j] | Trunk[:Prefix], IDs[:j]). Trees are packed
-// one per row and batched to cfg.TokenBudget (rows × widest row, widest first; a tree
-// wider than the budget gets a batch of its own); logits go through the chunked
-// selective log-softmax of LogProbs, so [tokens, vocab] never exists.
+// out[tree][branch][j-From] = log π(IDs[j] | Trunk[:Prefix], IDs[:j]). Trees are
+// batched to cfg.TokenBudget (rows × longest trunk, longest first; a trunk longer than
+// the budget gets a batch of its own), and so are the branch rows over each batch's trunks;
+// logits go through the chunked selective log-softmax of LogProbs, so [tokens, vocab]
+// never exists.
 func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32, err error) {
 	cfg = cfg.withDefaults()
 	for i, t := range trees {
@@ -152,7 +74,12 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 	defer runtime.UnlockOSThread()
 	defer torch.SetGrad(torch.SetGrad(false))
 	out = make([][][]float32, len(trees))
-	for _, batch := range treeBatches(trees, cfg.TokenBudget) {
+	all := make([]int, len(trees))
+	for i := range all {
+		all[i] = i
+	}
+	trunk := func(i int) int { return len(trees[i].Trunk) }
+	for _, batch := range BudgetBatches(all, trunk, cfg.TokenBudget) {
 		sub := make([]Tree, len(batch))
 		for j, i := range batch {
 			sub[j] = trees[i]
@@ -175,23 +102,181 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 	return out, nil
 }
 
-// treeBatches groups tree indices, widest first, so rows × widest <= budget.
-func treeBatches(trees []Tree, budget int) [][]int {
-	order := make([]int, len(trees))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return trees[b].width() - trees[a].width() })
-	var out [][]int
-	var cur []int
-	width := 0
-	for _, i := range order {
-		w := max(width, trees[i].width())
-		if len(cur) > 0 && (len(cur)+1)*w > budget {
-			out = append(out, cur)
-			cur, w = nil, trees[i].width()
+// treeChunk is how many trunk slots one forward step of branchBatch computes: the
+// trunks run through a KV cache chunk by chunk, so the attention intermediates stay
+// [rows, heads, chunk, width] instead of [rows, heads, width, width]. Measured on the
+// tiny preset when trunk and branches still shared one packed row, 16 stitched
+// trajectories of 870 tokens with 5 answer copies each, token budget 8192, fastest of
+// 3 on 2 shared CPU cores: 1.91 s in one forward, 1.51 s in chunks of 512, 1.19 s of
+// 256, 1.24 s of 128. A variable so tests can check that any chunking gives the same
+// log-probs.
+var treeChunk = 256
+
+// branchBatch scores a batch of trees in two steps. The trunks run as one
+// right-padded batch, treeChunk slots at a time, into a KV cache; then the branches run
+// as rows over a copy of their tree's cached trunk, each row seeing trunk slots before
+// its Prefix and its own tokens. Every trunk token is computed once however many
+// branches continue it, no branch attends to another, and the scored log-probs come
+// back flattened tree by tree, branch by branch.
+func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err error) {
+	defer torch.Catch(fmt.Sprintf("branch log-probs of %d trees", len(trees)), &err)
+	var brs []treeBranch
+	n := 0
+	for i, t := range trees {
+		for _, b := range t.Branches {
+			brs = append(brs, treeBranch{tree: i, Branch: b, out: n})
+			n += len(b.IDs) - b.From
 		}
-		cur = append(cur, i)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	cache, trunkStates := m.trunks(trees, brs)
+	defer cache.Drop()
+	parts, order := []torch.Raw{trunkStates.h}, trunkStates.out
+	defer func() { torch.Free(parts...) }()
+	for _, sub := range branchBatches(brs, cache.Len(), cfg.TokenBudget) {
+		h, out := m.branches(cache, sub)
+		parts, order = append(parts, h), append(order, out...)
+	}
+	all := torch.RawCat(parts, 0) // [n, hidden] in order's order
+	inverse := make([]int64, n)   // inverse[i] = row of all predicting scored token i
+	target := make([]int64, n)
+	for k, i := range order {
+		inverse[i] = int64(k)
+	}
+	for _, b := range brs {
+		copy(target[b.out:], b.IDs[b.From:])
+	}
+	inv := torch.RawFromHost(inverse, []int64{int64(n)}, m.device)
+	sel := all.IndexSelect(0, inv)
+	torch.Free(all, inv)
+	defer sel.Free()
+	tgt := torch.RawFromHost(target, []int64{int64(n), 1}, m.device)
+	defer tgt.Free()
+	cfg.Entropy = false
+	lp, _ := m.chunkLogProbs(sel, tgt, cfg)
+	defer lp.Free()
+	return torch.ToHost[float32](lp), nil
+}
+
+// treeBranch is a branch of tree tree of a batch whose first scored token is scored
+// token out of the batch.
+type treeBranch struct {
+	Branch
+	tree, out int
+}
+
+// states are hidden states [len(out), hidden]: row k predicts scored token out[k].
+type states struct {
+	h   torch.Raw
+	out []int
+}
+
+// trunks runs the trees' trunks as rows of one right-padded batch into a new KV cache,
+// treeChunk slots at a time, and returns the cache and the hidden states of the trunk
+// slots that predict a branch's first token (for branches scored from token 0). A
+// padding slot attends to slot 0 only, so no softmax row is all -inf.
+func (m *Model) trunks(trees []Tree, brs []treeBranch) (*Cache, states) {
+	rows, w := len(trees), 0
+	for _, t := range trees {
+		w = max(w, len(t.Trunk))
+	}
+	cache := m.NewCache(rows, w)
+	var parts []torch.Raw
+	var out []int
+	for s := 0; s < w; s += treeChunk {
+		k := min(treeChunk, w-s)
+		ids, pos := make([]int64, rows*k), make([]int64, rows*k)
+		mask := make([]bool, rows*k*(s+k))
+		for r, t := range trees {
+			for q := s; q < s+k; q++ {
+				i := r*k + q - s
+				row := mask[i*(s+k) : (i+1)*(s+k)]
+				if q >= len(t.Trunk) {
+					pos[i], row[0] = int64(len(t.Trunk)-1), true
+					continue
+				}
+				ids[i], pos[i] = t.Trunk[q], int64(q)
+				for key := 0; key <= q; key++ {
+					row[key] = true
+				}
+			}
+		}
+		var sel []int64 // flat indices into this chunk's [rows·k] hidden states
+		for _, b := range brs {
+			if q := b.Prefix - 1; b.From == 0 && q >= s && q < s+k {
+				sel = append(sel, int64(b.tree*k+q-s))
+				out = append(out, b.out)
+			}
+		}
+		shape := []int64{int64(rows), int64(k)}
+		it := torch.RawFromHost(ids, shape, m.device)
+		pt := torch.RawFromHost(pos, shape, m.device)
+		mt := torch.RawFromHost(mask, []int64{int64(rows), 1, int64(k), int64(s + k)}, m.device)
+		bias := maskBias(mt, m.dtype)
+		h := m.hidden(it, pt, bias, cache, nil)
+		torch.Free(it, pt, mt, bias)
+		if len(sel) > 0 {
+			parts = append(parts, selectStates(h, sel, m.device))
+		}
+		h.Free()
+	}
+	if len(parts) == 0 {
+		return cache, states{h: torch.RawEmpty([]int64{0, int64(m.Config.HiddenSize)}, m.dtype, m.device)}
+	}
+	return cache, states{h: catFree(parts), out: out}
+}
+
+// branches runs brs as rows over copies of their trees' rows of the trunk cache and
+// returns the hidden states of the branch slots that predict scored tokens: slot j-1
+// predicts token j, for j >= max(From, 1).
+func (m *Model) branches(trunk *Cache, brs []treeBranch) (torch.Raw, []int) {
+	rows := make([]int64, len(brs))
+	tokens := make([][]int64, len(brs))
+	start := make([]int, len(brs))
+	valid := make([][]bool, len(brs))
+	for r, b := range brs {
+		rows[r], tokens[r], start[r] = int64(b.tree), b.IDs, b.Prefix
+		valid[r] = make([]bool, trunk.Len())
+		for k := range b.Prefix {
+			valid[r][k] = true
+		}
+	}
+	bt := NewBatch(tokens, start, valid, trunk.Len())
+	cache := trunk.copyRows(rows, bt.Past+bt.Width)
+	defer cache.Drop()
+	ids, pos, bias := m.inputs(bt)
+	h := m.hidden(ids, pos, bias, cache, nil)
+	torch.Free(ids, pos, bias)
+	defer h.Free()
+	var sel []int64
+	var out []int
+	for r, b := range brs {
+		for j := max(b.From, 1); j < len(b.IDs); j++ {
+			sel = append(sel, int64(r*bt.Width+j-1))
+			out = append(out, b.out+j-b.From)
+		}
+	}
+	if len(sel) == 0 {
+		return torch.RawEmpty([]int64{0, int64(m.Config.HiddenSize)}, m.dtype, m.device), nil
+	}
+	return selectStates(h, sel, m.device), out
+}
+
+// branchBatches splits brs, in order, into batches of at most budget rows × (past +
+// longest branch) slots; a branch that alone exceeds it gets a batch of its own.
+func branchBatches(brs []treeBranch, past, budget int) [][]treeBranch {
+	var out [][]treeBranch
+	var cur []treeBranch
+	width := 0
+	for _, b := range brs {
+		w := max(width, len(b.IDs))
+		if len(cur) > 0 && (len(cur)+1)*(past+w) > budget {
+			out = append(out, cur)
+			cur, w = nil, len(b.IDs)
+		}
+		cur = append(cur, b)
 		width = w
 	}
 	if len(cur) > 0 {
@@ -200,85 +285,11 @@ func treeBatches(trees []Tree, budget int) [][]int {
 	return out
 }
 
-// treeChunk is how many packed slots one forward step of branchBatch computes. Every
-// key a slot attends to sits at or before it (trunk causal, a branch reads an earlier
-// prefix and its own earlier tokens), so the row can be run chunk by chunk through a
-// KV cache with exactly the one-forward mask: only the lower block-triangle of the
-// dense [width, width] attention is computed, and the attention intermediates stay
-// [rows, heads, chunk, width] instead of [rows, heads, width, width]. Measured on the
-// tiny preset, 16 stitched trajectories of 870 tokens with 5 answer copies each, token
-// budget 8192, fastest of 3 on 2 shared CPU cores: 1.91 s in one forward, 1.51 s in
-// chunks of 512, 1.19 s of 256, 1.24 s of 128. A variable so tests can check that any
-// chunking gives the same log-probs.
-var treeChunk = 256
-
-// branchBatch runs trees packed as one right-padded batch, treeChunk slots at a time
-// through a KV cache, and returns the scored log-probs flattened tree by tree, branch
-// by branch.
-func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err error) {
-	defer torch.Catch(fmt.Sprintf("branch log-probs of %d trees", len(trees)), &err)
-	p := pack(trees)
-	n := int64(len(p.at))
-	if n == 0 {
-		return nil, nil
-	}
-	w := p.width
-	cache := m.NewCache(p.rows, w)
-	defer cache.Drop()
-	var parts []torch.Raw // selected hidden states, chunk by chunk
-	defer func() { torch.Free(parts...) }()
-	var order []int64 // order[k] = index into p.at of the k-th selected state
-	for s := 0; s < w; s += treeChunk {
-		k := min(treeChunk, w-s)
-		ids := make([]int64, 0, p.rows*k)
-		pos := make([]int64, 0, p.rows*k)
-		mask := make([]bool, 0, p.rows*k*(s+k))
-		for r := range p.rows {
-			ids = append(ids, p.ids[r*w+s:r*w+s+k]...)
-			pos = append(pos, p.pos[r*w+s:r*w+s+k]...)
-			for q := s; q < s+k; q++ {
-				row := (r*w + q) * w
-				mask = append(mask, p.mask[row:row+s+k]...)
-			}
-		}
-		var sel []int64 // flat indices into this chunk's [rows·k] hidden states
-		for i, at := range p.at {
-			r, q := int(at)/w, int(at)%w
-			if q >= s && q < s+k {
-				sel = append(sel, int64(r*k+q-s))
-				order = append(order, int64(i))
-			}
-		}
-		shape := []int64{int64(p.rows), int64(k)}
-		it := torch.RawFromHost(ids, shape, m.device)
-		pt := torch.RawFromHost(pos, shape, m.device)
-		mt := torch.RawFromHost(mask, []int64{int64(p.rows), 1, int64(k), int64(s + k)}, m.device)
-		bias := maskBias(mt, m.dtype)
-		h := m.hidden(it, pt, bias, cache, nil)
-		torch.Free(it, pt, mt, bias)
-		if len(sel) == 0 {
-			h.Free()
-			continue
-		}
-		flat := h.Reshape(int64(p.rows*k), -1)
-		idx := torch.RawFromHost(sel, []int64{int64(len(sel))}, m.device)
-		parts = append(parts, flat.IndexSelect(0, idx))
-		torch.Free(h, flat, idx)
-	}
-	all := torch.RawCat(parts, 0) // [n, hidden] in chunk order
-	// inverse[i] = row of all holding p.at[i]'s state
-	inverse := make([]int64, n)
-	for k, i := range order {
-		inverse[i] = int64(k)
-	}
-	inv := torch.RawFromHost(inverse, []int64{n}, m.device)
-	sel := all.IndexSelect(0, inv)
-	torch.Free(all, inv)
-	defer sel.Free()
-	tgt := torch.RawFromHost(p.target, []int64{n, 1}, m.device)
-	defer tgt.Free()
-	cfg.Entropy = false
-	lp, _ := m.chunkLogProbs(sel, tgt, cfg)
-	defer lp.Free()
-	return torch.ToHost[float32](lp), nil
+// selectStates gathers rows sel of h: [b, t, hidden] flattened to [b·t, hidden].
+func selectStates(h torch.Raw, sel []int64, dev gotch.Device) torch.Raw {
+	size := h.Size()
+	flat := h.Reshape(size[0]*size[1], -1)
+	idx := torch.RawFromHost(sel, []int64{int64(len(sel))}, dev)
+	defer torch.Free(flat, idx)
+	return flat.IndexSelect(0, idx)
 }

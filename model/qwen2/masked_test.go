@@ -7,46 +7,26 @@ import (
 	"testing"
 )
 
-func TestPackMask(t *testing.T) {
-	// Trunk a b c; branch x y after prefix 2 scoring from 0; branch z after prefix 3
-	// scoring nothing; padded to the width of a second, wider tree.
-	trees := []Tree{
-		{Trunk: []int64{1, 2, 3}, Branches: []Branch{{Prefix: 2, IDs: []int64{7, 8}}, {Prefix: 3, IDs: []int64{9}, From: 1}}},
-		{Trunk: []int64{1, 2, 3, 4, 5, 6, 7}},
+func TestBranchBatches(t *testing.T) {
+	var brs []treeBranch
+	for i, n := range []int{3, 5, 1, 8, 2} {
+		brs = append(brs, treeBranch{Branch: Branch{IDs: make([]int64, n)}, out: i})
 	}
-	p := pack(trees)
-	if p.rows != 2 || p.width != 7 {
-		t.Fatalf("pack: %d rows of width %d, want 2 of 7", p.rows, p.width)
-	}
-	if got, want := p.pos[:7], []int64{0, 1, 2, 2, 3, 3, 0}; !slices.Equal(got, want) {
-		t.Errorf("positions = %v, want %v", got, want)
-	}
-	// Row 0 mask, one string per query: which keys it sees.
-	want := []string{
-		"1000000", "1100000", "1110000", // trunk: causal
-		"1101000", "1101100", // branch 0: prefix 2 + itself
-		"1110010", // branch 1: prefix 3 + itself
-		"1000000", // padding: key 0 only
-	}
-	for q := range 7 {
-		var b strings.Builder
-		for k := range 7 {
-			if p.mask[q*7+k] {
-				b.WriteByte('1')
-			} else {
-				b.WriteByte('0')
-			}
+	// Past 10: rows × (10 + longest) <= 40.
+	var got [][]int
+	for _, b := range branchBatches(brs, 10, 40) {
+		var outs []int
+		for _, x := range b {
+			outs = append(outs, x.out)
 		}
-		if b.String() != want[q] {
-			t.Errorf("query %d sees %s, want %s", q, b.String(), want[q])
-		}
+		got = append(got, outs)
 	}
-	// Branch 0 token 0 is predicted by trunk position 1, token 1 by its own token 0.
-	if got, want := p.at, []int64{1, 3}; !slices.Equal(got, want) {
-		t.Errorf("predicting positions = %v, want %v", got, want)
+	want := [][]int{{0, 1}, {2, 3}, {4}} // 2×15, 2×18 (a third would be 3×18), 1×12
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("branchBatches = %v, want %v", got, want)
 	}
-	if got, want := p.target, []int64{7, 8}; !slices.Equal(got, want) {
-		t.Errorf("targets = %v, want %v", got, want)
+	if got := branchBatches(brs[3:4], 10, 5); len(got) != 1 || len(got[0]) != 1 {
+		t.Errorf("a branch over the budget: %d batches, want one of its own", len(got))
 	}
 }
 

@@ -96,12 +96,6 @@ type memoryPlan struct {
 	fullRow, memRow [][]int // [tree][branch] → row index
 }
 
-// memRowCap bounds the packed width of one P_mem tree over a prompt of n tokens. The
-// attention mask is dense, so each branch in a row also attends (masked) to every
-// branch before it; at twice the prompt a row still costs less than its branches as
-// separate sequences (each re-reading the prompt), and far less than one unbounded row.
-func memRowCap(n int) int { return max(2*n, 256) }
-
 // planMemory lays out the memory pass of a shard's trajectories. trajs are runs of
 // rows, in order (format.Trajectories); targets maps uid to its answer target.
 //
@@ -110,7 +104,7 @@ func memRowCap(n int) int { return max(2*n, 256) }
 // memory turn, with one answer copy per memory turn t continuing the prefix that ends
 // before turn t. P_mem: one trunk per run of trajectories with the same uid and turn-0
 // prompt (the samples of a GRPO group), with one branch per memory turn holding the
-// memory span and the answer, split into trees of at most memRowCap tokens.
+// memory span and the answer. Either way the shared tokens run once (see qwen2.Tree).
 func planMemory(file string, trajs [][]format.Rollout, targets map[string]target, maxPos int) (memoryPlan, error) {
 	var p memoryPlan
 	var group *qwen2.Tree // the P_mem tree being filled
@@ -151,9 +145,6 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 					return p, fmt.Errorf("%s: %s: P_mem needs %d positions (prompt %d + memory %d + answer %d), the model has %d: %w",
 						file, where(row, r), n, len(prompt), len(mem), len(tg.ids), maxPos, ErrContext)
 				}
-				if group != nil && len(ids)+widthOf(group) > memRowCap(len(prompt)) {
-					flush()
-				}
 				if group == nil {
 					group = &qwen2.Tree{Trunk: qwen2.Tokens(prompt)}
 				}
@@ -171,14 +162,6 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 	}
 	flush()
 	return p, nil
-}
-
-func widthOf(t *qwen2.Tree) int {
-	n := len(t.Trunk)
-	for _, b := range t.Branches {
-		n += len(b.IDs)
-	}
-	return n
 }
 
 // geoMean is exp(mean(lp)): the geometric mean of the token probabilities.

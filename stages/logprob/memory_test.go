@@ -153,9 +153,9 @@ func TestPlanMemory(t *testing.T) {
 	}
 }
 
-// TestPlanMemoryRowCap: memories of one prompt go into several trees once a row would
-// pass memRowCap, each tree holding whole branches.
-func TestPlanMemoryRowCap(t *testing.T) {
+// TestPlanMemoryOneTreePerGroup: the memories of every sample of one prompt are
+// branches of one tree over that prompt, in row order, however many there are.
+func TestPlanMemoryOneTreePerGroup(t *testing.T) {
 	tg := target{ids: []int64{9}, from: 0}
 	var trajs [][]format.Rollout
 	for s := range 40 {
@@ -166,15 +166,13 @@ func TestPlanMemoryRowCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	branches := 0
-	for _, tr := range p.mem {
-		if w := widthOf(&tr); w > memRowCap(1) {
-			t.Errorf("P_mem tree of width %d, want <= %d", w, memRowCap(1))
-		}
-		branches += len(tr.Branches)
+	if len(p.mem) != 1 || len(p.mem[0].Branches) != 40 || !slices.Equal(p.mem[0].Trunk, []int64{1}) {
+		t.Fatalf("P_mem: %d trees, want one over the prompt holding the 40 memories", len(p.mem))
 	}
-	if len(p.mem) != 4 || branches != 40 {
-		t.Errorf("P_mem: %d trees holding %d branches, want 4 trees (12 branches of 21 fit 256) holding 40", len(p.mem), branches)
+	for b, row := range p.memRow[0] {
+		if row != b {
+			t.Fatalf("P_mem branch %d scores row %d, want row %d", b, row, b)
+		}
 	}
 }
 
