@@ -1,22 +1,16 @@
 package logprob
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // rssChild, when set, makes the test binary score that many sequences and print its
@@ -27,43 +21,19 @@ const rssChild = "MEMPO_LOGPROB_RSS_SEQUENCES"
 // sequences (64 tokens each, 250 per shard, old and ref passes). DESIGN.md §10: peak
 // memory stays bounded as the dataset grows, so the ratio should be close to 1.
 func BenchmarkPeakRSS(b *testing.B) {
-	var peak [2]float64
+	var peak []float64
 	for b.Loop() {
-		for i, n := range []int{1000, 10000} {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestPeakRSSChild$")
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", rssChild, n))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				b.Fatalf("child with %d sequences: %v\n%s", n, err, out)
-			}
-			mb, ok := strings.CutPrefix(lastLine(string(out), "peak_rss_mb "), "peak_rss_mb ")
-			v, err := strconv.ParseFloat(mb, 64)
-			if !ok || err != nil {
-				b.Fatalf("child with %d sequences printed no peak:\n%s", n, out)
-			}
-			peak[i] = v
-		}
+		peak = torchtest.PeakRSSSizes(b, "TestPeakRSSChild", rssChild, []int{1000, 10000})
 	}
 	b.ReportMetric(peak[0], "MB_peak_1k")
 	b.ReportMetric(peak[1], "MB_peak_10k")
 	b.ReportMetric(peak[1]/peak[0], "10k/1k")
 }
 
-func lastLine(out, prefix string) string {
-	line := ""
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), prefix) {
-			line = sc.Text()
-		}
-	}
-	return line
-}
-
 // TestPeakRSSChild is BenchmarkPeakRSS's child process; it does nothing in a normal run.
 func TestPeakRSSChild(t *testing.T) {
-	n, err := strconv.Atoi(os.Getenv(rssChild))
-	if err != nil {
+	n, ok := torchtest.ChildSize(rssChild)
+	if !ok {
 		return
 	}
 	dir := t.TempDir()
@@ -97,15 +67,10 @@ func TestPeakRSSChild(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MemoryPass = false
 	in := Inputs{Rollouts: rolls, Policy: filepath.Join(dir, "policy"), Ref: filepath.Join(dir, "policy")}
-	// Measure the stage, not the fixture: "5" resets the process's peak RSS (proc(5)).
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Fatalf("reset peak RSS: %v", err)
-	}
-	res, err := Run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(dir, "out")})
+	torchtest.ResetPeakRSS(t)
+	_, err := Run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(dir, "out")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("peak_rss_mb %.1f\n", res.Manifest.Timings.PeakRSSMB)
+	torchtest.PrintPeakRSS(t)
 }

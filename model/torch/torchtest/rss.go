@@ -1,0 +1,90 @@
+package torchtest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The peak RSS of a process never falls, so a benchmark that compares peaks for
+// several dataset sizes runs each size in a fresh child: the test binary itself,
+// running one child test with the size in an environment variable.
+
+// PeakRSSSizes runs the test named child once per size in a fresh copy of the test
+// binary with env=size, and returns the peak RSS in MB each printed with
+// PrintPeakRSS.
+func PeakRSSSizes(b *testing.B, child, env string, sizes []int) []float64 {
+	b.Helper()
+	peaks := make([]float64, len(sizes))
+	for i, n := range sizes {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", env, n))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("%s with %s=%d: %v\n%s", child, env, n, err, out)
+		}
+		v, ok := lastPeak(string(out))
+		if !ok {
+			b.Fatalf("%s with %s=%d printed no peak:\n%s", child, env, n, out)
+		}
+		peaks[i] = v
+	}
+	return peaks
+}
+
+// ChildSize is the size a child test was started with, or false in a normal run,
+// where the child test should return at once.
+func ChildSize(env string) (int, bool) {
+	n, err := strconv.Atoi(os.Getenv(env))
+	return n, err == nil
+}
+
+// ResetPeakRSS returns what the Go heap holds free to the kernel and restarts the
+// process's peak RSS at its current RSS (proc(5), clear_refs "5"), so that the peak a
+// child reports is the stage's, not its fixture's.
+func ResetPeakRSS(t testing.TB) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatalf("reset peak RSS: %v", err)
+	}
+}
+
+// PrintPeakRSS prints the process's peak RSS since ResetPeakRSS (VmHWM) in the line
+// PeakRSSSizes reads.
+func PrintPeakRSS(t testing.TB) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				t.Fatalf("VmHWM %q: %v", rest, err)
+			}
+			fmt.Printf("peak_rss_mb %.1f\n", kb/1024)
+			return
+		}
+	}
+	t.Fatal("/proc/self/status has no VmHWM")
+}
+
+func lastPeak(out string) (float64, bool) {
+	v, ok := 0.0, false
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if rest, found := strings.CutPrefix(sc.Text(), "peak_rss_mb "); found {
+			if f, err := strconv.ParseFloat(rest, 64); err == nil {
+				v, ok = f, true
+			}
+		}
+	}
+	return v, ok
+}
