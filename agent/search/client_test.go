@@ -23,7 +23,7 @@ func startServer(t *testing.T, h http.Handler) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, h, nil) }()
+	go func() { done <- Serve(ctx, ln, h, ServerConfig{}, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -46,6 +46,8 @@ var (
 	ErrProtocol = errors.New("retrieval protocol error")
 	// ErrBadRequest marks a request the retriever refuses (bad topk, too many queries).
 	ErrBadRequest = errors.New("bad retrieval request")
+	// ErrConfig marks an unusable retrieval server config; messages name the flag.
+	ErrConfig = errors.New("invalid retrieval server config")
 )
 
 // contents returns the stored passage, or rebuilds the corpus form from Title and

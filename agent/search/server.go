@@ -2,146 +2,156 @@ package search
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 )
 
-// ServerConfig configures the retrieval server (`mempo serve-retriever`).
+// ServerConfig configures the retrieval server (`mempo serve-retriever`). Each limit
+// bounds what one client can make the server hold or spend: the body, the text of a
+// query (BM25 analysis costs 200-300 bytes of heap per byte of query: a 1 MB query
+// peaked at 192 MB, and a 15 MB one took the server from 0.6 to 4.7 GB), the queries
+// and hits of a request, the requests served at once, and the time a connection may
+// take. A request costs at most about 3×MaxBodyBytes while its body is decoded, so
+// the server holds at most about MaxInflight×3×MaxBodyBytes for bodies.
+//
+// NewHandler and Serve take a zero field as its default (DefaultServerConfig);
+// Validate checks a complete config, as the flags resolve one.
 type ServerConfig struct {
-	// DefaultTopK answers requests without "topk" (or with 0); 0 means 3, the
-	// top-k of DESIGN.md §6.
+	// DefaultTopK answers requests without "topk" (or with 0).
 	DefaultTopK int `json:"default_topk"`
-	// MaxTopK is the largest topk accepted; 0 means 100.
+	// MaxTopK is the largest topk accepted.
 	MaxTopK int `json:"max_topk"`
-	// MaxQueries is the most queries accepted in one request; 0 means 4096.
+	// MaxQueries is the most queries accepted in one request.
 	MaxQueries int `json:"max_queries"`
-	// MaxBodyBytes bounds a request body; 0 means 16 MiB.
+	// MaxQueryBytes is the longest query accepted, in bytes of UTF-8.
+	MaxQueryBytes int `json:"max_query_bytes"`
+	// MaxBodyBytes bounds a request body; a larger one gets 413.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// MaxInflight is the most /retrieve requests served at once, counted from before
+	// their body is read; one more gets 503 at once rather than a place in a queue.
+	MaxInflight int `json:"max_inflight"`
+	// ReadHeaderTimeoutS bounds reading a request's headers, in seconds.
+	ReadHeaderTimeoutS float64 `json:"read_header_timeout_s"`
+	// ReadTimeoutS bounds reading a whole request, headers and body, in seconds: a
+	// client that stalls mid-body loses its connection (and its in-flight slot) then.
+	ReadTimeoutS float64 `json:"read_timeout_s"`
+	// WriteTimeoutS bounds the time from the end of the headers to the end of the
+	// answer, retrieval included, in seconds; retrieval is canceled when it passes.
+	WriteTimeoutS float64 `json:"write_timeout_s"`
+	// IdleTimeoutS bounds how long a keep-alive connection waits for its next request,
+	// in seconds.
+	IdleTimeoutS float64 `json:"idle_timeout_s"`
+}
+
+// DefaultServerConfig returns the server's defaults. The top-k of 3 is DESIGN.md §6's.
+// Search-R1 queries are a sentence or two; 8 KiB is ~2,000 tokens, more than a turn's
+// response budget, and analyzes in about 2 ms. A client's attempt times out after 30 s by default (ClientConfig.TimeoutS), so
+// a 2-minute write timeout only cuts off answers nobody waits for.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		DefaultTopK:        3,
+		MaxTopK:            100,
+		MaxQueries:         4096,
+		MaxQueryBytes:      8 << 10,
+		MaxBodyBytes:       16 << 20,
+		MaxInflight:        64,
+		ReadHeaderTimeoutS: 10,
+		ReadTimeoutS:       30,
+		WriteTimeoutS:      120,
+		IdleTimeoutS:       120,
+	}
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
-	c.DefaultTopK = orDefault(c.DefaultTopK, 3)
-	c.MaxTopK = orDefault(c.MaxTopK, 100)
-	c.MaxQueries = orDefault(c.MaxQueries, 4096)
+	d := DefaultServerConfig()
+	c.DefaultTopK = orDefault(c.DefaultTopK, d.DefaultTopK)
+	c.MaxTopK = orDefault(c.MaxTopK, d.MaxTopK)
+	c.MaxQueries = orDefault(c.MaxQueries, d.MaxQueries)
+	c.MaxQueryBytes = orDefault(c.MaxQueryBytes, d.MaxQueryBytes)
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 16 << 20
+		c.MaxBodyBytes = d.MaxBodyBytes
 	}
+	c.MaxInflight = orDefault(c.MaxInflight, d.MaxInflight)
+	c.ReadHeaderTimeoutS = orDefault(c.ReadHeaderTimeoutS, d.ReadHeaderTimeoutS)
+	c.ReadTimeoutS = orDefault(c.ReadTimeoutS, d.ReadTimeoutS)
+	c.WriteTimeoutS = orDefault(c.WriteTimeoutS, d.WriteTimeoutS)
+	c.IdleTimeoutS = orDefault(c.IdleTimeoutS, d.IdleTimeoutS)
 	return c
+}
+
+// Validate names the first bad field by its flag: every limit must be at least 1,
+// every timeout positive, and the default topk within max-topk.
+func (c ServerConfig) Validate() error {
+	for _, f := range []struct {
+		flag string
+		v    int64
+	}{
+		{"--topk", int64(c.DefaultTopK)},
+		{"--max-topk", int64(c.MaxTopK)},
+		{"--max-queries", int64(c.MaxQueries)},
+		{"--max-query-bytes", int64(c.MaxQueryBytes)},
+		{"--max-body-bytes", c.MaxBodyBytes},
+		{"--max-inflight", int64(c.MaxInflight)},
+	} {
+		if f.v < 1 {
+			return fmt.Errorf("%s %d: want at least 1: %w", f.flag, f.v, ErrConfig)
+		}
+	}
+	if c.DefaultTopK > c.MaxTopK {
+		return fmt.Errorf("--topk %d, --max-topk %d: want topk <= max-topk: %w", c.DefaultTopK, c.MaxTopK, ErrConfig)
+	}
+	for _, f := range []struct {
+		flag string
+		s    float64
+	}{
+		{"--read-header-timeout", c.ReadHeaderTimeoutS},
+		{"--read-timeout", c.ReadTimeoutS},
+		{"--write-timeout", c.WriteTimeoutS},
+		{"--idle-timeout", c.IdleTimeoutS},
+	} {
+		if !(f.s > 0) || seconds(f.s) <= 0 {
+			return fmt.Errorf("%s %g: want a positive number of seconds: %w", f.flag, f.s, ErrConfig)
+		}
+	}
+	return nil
+}
+
+// seconds converts a timeout in seconds; it saturates rather than overflows.
+func seconds(s float64) time.Duration {
+	const most = float64(1<<63 - 1)
+	if d := s * float64(time.Second); d < most {
+		return time.Duration(d)
+	}
+	return 1<<63 - 1
 }
 
 // shutdownGrace is how long in-flight requests may finish after a stop signal.
 const shutdownGrace = 10 * time.Second
 
-// NewHandler serves r under the Search-R1 retrieval API: POST /retrieve (see
-// api.go) and GET /health. Bad requests get 400 with {"detail": "…"}, as the
-// FastAPI server answers validation errors with a detail message.
-func NewHandler(r Retriever, cfg ServerConfig, log *slog.Logger) http.Handler {
+// maxHeaderBytes bounds a request's headers: this API's are a few hundred bytes.
+const maxHeaderBytes = 64 << 10
+
+// Serve answers HTTP on ln with h, under cfg's timeouts, until ctx is done, then
+// stops accepting, lets in-flight requests finish for up to 10 s and returns nil. It
+// returns an error only when serving itself fails. A client that stalls, in its
+// headers or its body, loses its connection when the read timeout passes, and
+// holds up no other client meanwhile.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServerConfig, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{r: r, cfg: cfg.withDefaults(), log: log}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /retrieve", h.retrieve)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	return mux
-}
-
-type handler struct {
-	r   Retriever
-	cfg ServerConfig
-	log *slog.Logger
-}
-
-func (h *handler) retrieve(w http.ResponseWriter, req *http.Request) {
-	body := http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	var in apiRequest
-	if err := dec.Decode(&in); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			h.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", tooBig.Limit))
-			return
-		}
-		h.fail(w, http.StatusBadRequest, fmt.Sprintf("body is not a retrieval request (%v); want {\"queries\": [\"…\"], \"topk\": 3, \"return_scores\": true}", err))
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		h.fail(w, http.StatusBadRequest, "body holds more than one JSON value")
-		return
-	}
-	if in.Queries == nil {
-		h.fail(w, http.StatusBadRequest, `"queries" is required: a list of strings`)
-		return
-	}
-	if len(in.Queries) > h.cfg.MaxQueries {
-		h.fail(w, http.StatusBadRequest, fmt.Sprintf("%d queries, at most %d per request", len(in.Queries), h.cfg.MaxQueries))
-		return
-	}
-	topk := h.cfg.DefaultTopK
-	if in.TopK != nil && *in.TopK != 0 {
-		topk = *in.TopK
-	}
-	if topk < 1 || topk > h.cfg.MaxTopK {
-		h.fail(w, http.StatusBadRequest, fmt.Sprintf("topk %d, want 1..%d", topk, h.cfg.MaxTopK))
-		return
-	}
-	hits, err := h.r.Retrieve(req.Context(), in.Queries, topk)
-	if err != nil {
-		if errors.Is(err, ErrBadRequest) {
-			h.fail(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if req.Context().Err() == nil {
-			h.log.Error("retrieval failed", "queries", len(in.Queries), "err", err)
-		}
-		h.fail(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	result := make([][]any, len(hits))
-	for i, list := range hits {
-		result[i] = make([]any, len(list))
-		for j, hit := range list {
-			doc := apiDoc{ID: hit.ID, Contents: hit.contents()}
-			if in.ReturnScores {
-				result[i][j] = apiScored{Document: doc, Score: hit.Score}
-			} else {
-				result[i][j] = doc
-			}
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"result": result})
-}
-
-func (h *handler) fail(w http.ResponseWriter, status int, detail string) {
-	h.log.Debug("rejected request", "status", status, "detail", detail)
-	writeJSON(w, status, map[string]string{"detail": detail})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v) // the status is sent; a write error here means the client left
-}
-
-// Serve answers HTTP on ln with h until ctx is done, then stops accepting, lets
-// in-flight requests finish for up to 10 s and returns nil. It returns an error
-// only when serving itself fails.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: seconds(cfg.ReadHeaderTimeoutS),
+		ReadTimeout:       seconds(cfg.ReadTimeoutS),
+		WriteTimeout:      seconds(cfg.WriteTimeoutS),
+		IdleTimeout:       seconds(cfg.IdleTimeoutS),
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -90,36 +91,165 @@ func TestHandlerAnswerShapes(t *testing.T) {
 	}
 }
 
+// errorBody is the JSON body of a refused request.
+type errorBody struct {
+	Error  string `json:"error"`
+	Detail string `json:"detail"`
+}
+
+// parseError decodes a refusal and checks that it carries its message under both keys.
+func parseError(t *testing.T, body string) errorBody {
+	t.Helper()
+	var got errorBody
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", body, err)
+	}
+	if got.Error == "" || got.Detail != got.Error {
+		t.Errorf("error body %q: want the message under \"error\" and \"detail\"", body)
+	}
+	return got
+}
+
 func TestHandlerValidates(t *testing.T) {
-	cfg := ServerConfig{MaxTopK: 10, MaxQueries: 2, MaxBodyBytes: 200}
+	cfg := ServerConfig{MaxTopK: 10, MaxQueries: 2, MaxQueryBytes: 8, MaxBodyBytes: 200}
+	padded := `{"pad": [` + strings.Repeat("1,", 150) + `1], "queries": ["q"]}` // over the body limit, within the others
 	tests := []struct {
-		name   string
-		body   string
-		status int
-		detail string
+		name    string
+		body    string
+		chunked bool // no Content-Length: the limit is found while reading
+		status  int
+		msg     string
 	}{
-		{"not JSON", `queries=q`, 400, "not a retrieval request"},
-		{"queries missing", `{"topk": 3}`, 400, `"queries" is required`},
-		{"queries not strings", `{"queries": [1, 2]}`, 400, "not a retrieval request"},
-		{"negative topk", `{"queries": ["q"], "topk": -1}`, 400, "topk -1, want 1..10"},
-		{"topk too large", `{"queries": ["q"], "topk": 11}`, 400, "topk 11, want 1..10"},
-		{"too many queries", `{"queries": ["a", "b", "c"]}`, 400, "3 queries, at most 2 per request"},
-		{"two JSON values", `{"queries": ["a"]} {}`, 400, "more than one JSON value"},
-		{"body too large", `{"queries": ["` + strings.Repeat("x", 300) + `"]}`, 413, "larger than 200 bytes"},
+		{name: "not JSON", body: `queries=q`, status: 400, msg: "not a retrieval request"},
+		{name: "not an object", body: `["q"]`, status: 400, msg: "body is a list, want an object"},
+		{name: "queries missing", body: `{"topk": 3}`, status: 400, msg: `"queries" is required`},
+		{name: "queries null", body: `{"queries": null}`, status: 400, msg: `"queries" is required`},
+		{name: "queries a string", body: `{"queries": "q"}`, status: 400, msg: `"queries" is a string, want a list of strings`},
+		{name: "queries not strings", body: `{"queries": [1, 2]}`, status: 400, msg: "not a retrieval request"},
+		{name: "negative topk", body: `{"queries": ["q"], "topk": -1}`, status: 400, msg: "topk -1, want 1..10 (--max-topk)"},
+		{name: "topk too large", body: `{"queries": ["q"], "topk": 11}`, status: 400, msg: "topk 11, want 1..10 (--max-topk)"},
+		{name: "huge topk", body: `{"queries": ["q"], "topk": 1000000000}`, status: 400, msg: "topk 1000000000, want 1..10 (--max-topk)"},
+		{name: "topk overflows int", body: `{"queries": ["q"], "topk": 1e40}`, status: 400, msg: "not a retrieval request"},
+		{name: "too many queries", body: `{"queries": ["a", "b", "c"]}`, status: 400, msg: "more than 2 queries, at most 2 per request (--max-queries)"},
+		{name: "query too long", body: `{"queries": ["short", "123456789"]}`, status: 400, msg: "query 1 is 9 bytes, at most 8 (--max-query-bytes)"},
+		{name: "query far too long", body: `{"queries": ["` + strings.Repeat("x", 60) + `"]}`, status: 400,
+			msg: "body holds a string of more than 54 bytes, and a query is at most 8 bytes (--max-query-bytes)"},
+		{name: "escaped query too long", body: `{"queries": ["` + strings.Repeat(`\u0041`, 9) + `"]}`, status: 400,
+			msg: "query 0 is 9 bytes, at most 8 (--max-query-bytes)"},
+		{name: "two JSON values", body: `{"queries": ["a"]} {}`, status: 400, msg: "more than one JSON value"},
+		{name: "truncated", body: `{"queries": ["a"`, status: 400, msg: "not a retrieval request"},
+		{name: "body too large", body: padded, status: 413, msg: "body of 330 bytes, larger than 200 bytes (--max-body-bytes)"},
+		{name: "body too large, chunked", body: padded, chunked: true, status: 413, msg: "body larger than 200 bytes (--max-body-bytes)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &fixed{hits: fiveHits}
-			code, body := post(t, NewHandler(r, cfg, nil), tt.body)
-			var got struct{ Detail string }
-			if err := json.Unmarshal([]byte(body), &got); err != nil {
-				t.Fatalf("error body %q is not JSON: %v", body, err)
+			req := httptest.NewRequest(http.MethodPost, "/retrieve", strings.NewReader(tt.body))
+			if tt.chunked {
+				req.ContentLength = -1
 			}
-			if code != tt.status || !strings.Contains(got.Detail, tt.detail) {
-				t.Errorf("POST %s = %d %q, want %d with detail containing %q", tt.body, code, got.Detail, tt.status, tt.detail)
+			w := httptest.NewRecorder()
+			NewHandler(r, cfg, nil).ServeHTTP(w, req)
+			got := parseError(t, w.Body.String())
+			if w.Code != tt.status || !strings.Contains(got.Error, tt.msg) {
+				t.Errorf("POST %s = %d %q, want %d with an error containing %q", tt.body, w.Code, got.Error, tt.status, tt.msg)
 			}
 			if len(r.topks) != 0 {
 				t.Errorf("retriever called for an invalid request")
+			}
+		})
+	}
+}
+
+func TestHandlerSkipsUnknownKeys(t *testing.T) {
+	r := &fixed{hits: fiveHits}
+	code, body := post(t, NewHandler(r, ServerConfig{}, nil), `{"extra": {"a": [1, "b"]}, "queries": ["q"], "Topk": 9, "topk": 1}`)
+	if code != http.StatusOK || !cmp.Equal(r.topks, []int{1}) {
+		t.Errorf("POST with unknown keys = %d %s, topks %v; want 200 and topk 1", code, body, r.topks)
+	}
+}
+
+// TestHandlerRefusesPastMaxInflight fills every slot with a held request: the next
+// one gets 503 at once, /health still answers, and freed slots are taken again.
+func TestHandlerRefusesPastMaxInflight(t *testing.T) {
+	r := &blocking{entered: make(chan struct{}), release: make(chan struct{})}
+	h := NewHandler(r, ServerConfig{MaxInflight: 2}, nil)
+	held := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _ := post(t, h, `{"queries": ["q"]}`)
+			held <- code
+		}()
+		<-r.entered
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/retrieve", strings.NewReader(`{"queries": ["q"]}`)))
+	got := parseError(t, w.Body.String())
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(got.Error, "at most 2 (--max-inflight)") || w.Header().Get("Retry-After") == "" {
+		t.Errorf("third request = %d %q (Retry-After %q), want 503 naming --max-inflight with Retry-After",
+			w.Code, got.Error, w.Header().Get("Retry-After"))
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/health", nil))
+	if w.Code != http.StatusOK {
+		t.Errorf("GET /health with every slot taken = %d, want 200", w.Code)
+	}
+	close(r.release)
+	for range 2 {
+		if code := <-held; code != http.StatusOK {
+			t.Errorf("held request = %d, want 200", code)
+		}
+	}
+	go func() { <-r.entered }()
+	if code, body := post(t, h, `{"queries": ["q"]}`); code != http.StatusOK {
+		t.Errorf("request after the slots were freed = %d %s, want 200", code, body)
+	}
+}
+
+// waiting answers only when its context ends.
+type waiting struct{}
+
+func (waiting) Retrieve(ctx context.Context, _ []string, _ int) ([][]Hit, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestHandlerStopsRetrievalAtWriteTimeout(t *testing.T) {
+	code, body := post(t, NewHandler(waiting{}, ServerConfig{WriteTimeoutS: 0.01}, nil), `{"queries": ["q", "r"]}`)
+	got := parseError(t, body)
+	if code != http.StatusServiceUnavailable || !strings.Contains(got.Error, "2 queries not answered within 0.01s (--write-timeout)") {
+		t.Errorf("slow retrieval = %d %q, want 503 naming --write-timeout", code, got.Error)
+	}
+}
+
+func TestServerConfigValidate(t *testing.T) {
+	if err := DefaultServerConfig().Validate(); err != nil {
+		t.Fatalf("DefaultServerConfig().Validate() = %v, want nil", err)
+	}
+	tests := []struct {
+		name string
+		set  func(*ServerConfig)
+		want string
+	}{
+		{"zero topk", func(c *ServerConfig) { c.DefaultTopK = 0 }, "--topk 0: want at least 1"},
+		{"topk over max", func(c *ServerConfig) { c.DefaultTopK = 101 }, "--topk 101, --max-topk 100"},
+		{"zero max-topk", func(c *ServerConfig) { c.MaxTopK = 0 }, "--max-topk 0"},
+		{"negative max-queries", func(c *ServerConfig) { c.MaxQueries = -1 }, "--max-queries -1"},
+		{"zero max-query-bytes", func(c *ServerConfig) { c.MaxQueryBytes = 0 }, "--max-query-bytes 0"},
+		{"negative max-body-bytes", func(c *ServerConfig) { c.MaxBodyBytes = -5 }, "--max-body-bytes -5"},
+		{"zero max-inflight", func(c *ServerConfig) { c.MaxInflight = 0 }, "--max-inflight 0"},
+		{"zero read-header-timeout", func(c *ServerConfig) { c.ReadHeaderTimeoutS = 0 }, "--read-header-timeout 0"},
+		{"negative read-timeout", func(c *ServerConfig) { c.ReadTimeoutS = -1 }, "--read-timeout -1"},
+		{"NaN write-timeout", func(c *ServerConfig) { c.WriteTimeoutS = math.NaN() }, "--write-timeout NaN"},
+		{"sub-nanosecond idle-timeout", func(c *ServerConfig) { c.IdleTimeoutS = 1e-12 }, "--idle-timeout 1e-12"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultServerConfig()
+			tt.set(&c)
+			err := c.Validate()
+			if !errors.Is(err, ErrConfig) || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want an ErrConfig starting %q", err, tt.want)
 			}
 		})
 	}
@@ -181,7 +311,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	r := &blocking{entered: make(chan struct{}), release: make(chan struct{})}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, ln, NewHandler(r, ServerConfig{}, nil), nil) }()
+	go func() { served <- Serve(ctx, ln, NewHandler(r, ServerConfig{}, nil), ServerConfig{}, nil) }()
 
 	type answer struct {
 		code int
@@ -234,7 +364,7 @@ func TestServeReportsListenerFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
-	err = Serve(context.Background(), ln, http.NotFoundHandler(), nil)
+	err = Serve(context.Background(), ln, http.NotFoundHandler(), ServerConfig{}, nil)
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("Serve on a closed listener = %v, want an error naming %s", err, ln.Addr())
 	}

@@ -14,9 +14,8 @@ import (
 	"github.com/mempo/mempo/cmd/internal/app"
 )
 
-// serveRetrieverCmd is what 'mempo serve-retriever' resolves its flags into. The
-// limits default to what search.NewHandler takes for a zero field, named here because
-// the search package exports no defaults of its own.
+// serveRetrieverCmd is what 'mempo serve-retriever' resolves its flags into; the
+// limits start from search.DefaultServerConfig, so --help shows its defaults.
 type serveRetrieverCmd struct {
 	cfg     search.ServerConfig
 	index   string
@@ -25,14 +24,22 @@ type serveRetrieverCmd struct {
 }
 
 func serveRetrieverCommand() *cli.Command {
-	s := &serveRetrieverCmd{cfg: search.ServerConfig{DefaultTopK: 3, MaxTopK: 100, MaxQueries: 4096}, addr: "127.0.0.1:8000"}
+	s := &serveRetrieverCmd{cfg: search.DefaultServerConfig(), addr: "127.0.0.1:8000"}
 	return app.Command(&cli.Command{
 		Name:  "serve-retriever",
 		Usage: "serve a local index under the Search-R1 retrieval API",
 		Description: `Answers POST /retrieve with {"queries": [...], "topk": 3, "return_scores": true}
 as Search-R1's retrieval_server.py does, so mempo-rollout, Search-R1 or verl can use
 it by URL (http://ADDR/retrieve). GET /health answers {"status": "ok"}. SIGINT or
-SIGTERM stops accepting requests and lets those in flight finish.`,
+SIGTERM stops accepting requests and lets those in flight finish.
+
+Every request is bounded (see Limits): a refused one gets {"error": "...", "detail":
+"..."} naming the limit and its flag, with 413 for a body over --max-body-bytes, 400
+for a malformed request or a field over its limit (--max-queries, --max-query-bytes,
+--max-topk), 408 for a body not received within --read-timeout, and 503 (with
+Retry-After) when --max-inflight requests are already being served; requests beyond
+that are refused, not queued. Decoding a body takes up to about 3x its size, so
+bodies in memory stay under about 3 x --max-inflight x --max-body-bytes.`,
 	}, s.flags(), s.run)
 }
 
@@ -44,23 +51,37 @@ func (s *serveRetrieverCmd) flags() *app.Flags {
 			Usage: "host:port to listen on (Search-R1's default port is 8000)"}),
 		app.Int(&s.cfg.DefaultTopK, cli.IntFlag{Name: "topk", Category: "Retrieval server",
 			Usage: `passages per query when a request has no "topk"`}),
-		app.Int(&s.cfg.MaxTopK, cli.IntFlag{Name: "max-topk", Category: "Retrieval server",
-			Usage: `largest "topk" a request may ask for`}),
-		app.Int(&s.cfg.MaxQueries, cli.IntFlag{Name: "max-queries", Category: "Retrieval server",
-			Usage: "most queries in one request"}),
 		app.Int(&s.workers, cli.IntFlag{Name: "workers", Category: "Retrieval server",
 			Usage: "queries of one request searched at once (0: one per CPU)"}),
+	}, []app.Flag{
+		app.Int(&s.cfg.MaxTopK, cli.IntFlag{Name: "max-topk", Category: "Limits",
+			Usage: `largest "topk" a request may ask for; more is refused with 400`}),
+		app.Int(&s.cfg.MaxQueries, cli.IntFlag{Name: "max-queries", Category: "Limits",
+			Usage: "most queries in one request; more is refused with 400"}),
+		app.Int(&s.cfg.MaxQueryBytes, cli.IntFlag{Name: "max-query-bytes", Category: "Limits",
+			Usage: "longest query, in bytes (analysis costs 200-300 bytes of memory per byte); longer is refused with 400"}),
+		app.Int64(&s.cfg.MaxBodyBytes, cli.Int64Flag{Name: "max-body-bytes", Category: "Limits",
+			Usage: "largest request body, in bytes; larger is refused with 413"}),
+		app.Int(&s.cfg.MaxInflight, cli.IntFlag{Name: "max-inflight", Category: "Limits",
+			Usage: "most /retrieve requests served at once, counted from before the body is read; one more is refused with 503"}),
+		app.Float64(&s.cfg.ReadHeaderTimeoutS, cli.Float64Flag{Name: "read-header-timeout", Category: "Limits",
+			Usage: "seconds a client may take to send its request headers before its connection is closed"}),
+		app.Float64(&s.cfg.ReadTimeoutS, cli.Float64Flag{Name: "read-timeout", Category: "Limits",
+			Usage: "seconds a client may take to send a whole request, body included, before it gets 408 and its connection is closed"}),
+		app.Float64(&s.cfg.WriteTimeoutS, cli.Float64Flag{Name: "write-timeout", Category: "Limits",
+			Usage: "seconds from a request's headers to the end of its answer, retrieval included; retrieval is then canceled"}),
+		app.Float64(&s.cfg.IdleTimeoutS, cli.Float64Flag{Name: "idle-timeout", Category: "Limits",
+			Usage: "seconds a keep-alive connection may wait for its next request"}),
 	})
 }
 
 func (s *serveRetrieverCmd) run(c *cli.Context) error {
 	cfg := s.cfg
-	if cfg.DefaultTopK < 1 || cfg.MaxTopK < cfg.DefaultTopK || cfg.MaxQueries < 1 {
-		return cli.Exit(fmt.Sprintf("--topk %d, --max-topk %d, --max-queries %d: want 1 <= topk <= max-topk and max-queries >= 1",
-			cfg.DefaultTopK, cfg.MaxTopK, cfg.MaxQueries), 2)
+	if err := cfg.Validate(); err != nil {
+		return app.Usage(err)
 	}
 	if s.workers < 0 {
-		return cli.Exit(fmt.Sprintf("--workers %d: want 0 (one per CPU) or more", s.workers), 2)
+		return app.Usage(fmt.Errorf("--workers %d: want 0 (one per CPU) or more", s.workers))
 	}
 	idx, err := search.OpenLocal(s.index, search.LocalConfig{Workers: s.workers})
 	if err != nil {
@@ -76,5 +97,5 @@ func (s *serveRetrieverCmd) run(c *cli.Context) error {
 	log := slog.Default()
 	log.Info("serving index", "index", s.index, "passages", idx.Meta().Docs,
 		"url", "http://"+ln.Addr().String()+"/retrieve")
-	return search.Serve(ctx, ln, search.NewHandler(idx, cfg, log), log)
+	return search.Serve(ctx, ln, search.NewHandler(idx, cfg, log), cfg, log)
 }
