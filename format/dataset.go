@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 // Dataset is a committed dataset directory: its shards are exactly the files its
@@ -38,7 +40,8 @@ func (d *Dataset) Path(i int) string { return filepath.Join(d.Dir, d.Manifest.Ou
 func (d *Dataset) Len() int { return len(d.Manifest.Outputs) }
 
 // VerifyShard recomputes shard i's size and sha256 and compares them with the
-// manifest; a mismatch or a missing file is ErrCorrupt naming the file.
+// manifest, then the manifest's row count, kind and schema with the shard's Parquet
+// footer; a mismatch or a missing file is ErrCorrupt naming the file.
 func (d *Dataset) VerifyShard(i int) error {
 	want := d.Manifest.Outputs[i]
 	path := d.Path(i)
@@ -55,11 +58,57 @@ func (d *Dataset) VerifyShard(i int) error {
 	if sum != want.SHA256 {
 		return fmt.Errorf("verify %s: sha256 %.12s…, manifest says %.12s…: %w", path, sum, want.SHA256, ErrCorrupt)
 	}
+	return d.verifyClaims(i)
+}
+
+// verifyClaims checks what the manifest says about shard i beyond its bytes — its row
+// count, kind, schema version and columns — against the shard's own Parquet footer,
+// without decoding any data: a manifest edited after the commit keeps the shard's
+// digest, so only the footer can refute it.
+func (d *Dataset) verifyClaims(i int) error {
+	path := d.Path(i)
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", path, err)
+	}
+	s, err := openParquet(path, f, memory.DefaultAllocator)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	defer s.close()
+	m := d.Manifest
+	if err := claims(s, m.Outputs[i]); err != nil {
+		return err
+	}
+	if s.kind != m.Kind || s.version != m.SchemaVersion {
+		return fmt.Errorf("verify %s: kind %q schema version %d, manifest says kind %q version %d: %w",
+			path, s.kind, s.version, m.Kind, m.SchemaVersion, ErrCorrupt)
+	}
+	l := layoutOf(m.Kind)
+	if l == nil {
+		return fmt.Errorf("verify %s: kind %q is not a mempo shard kind: %w", path, m.Kind, ErrSchemaMismatch)
+	}
+	if l.version == m.SchemaVersion {
+		if _, _, err := s.check(l); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// Verify checks every shard (VerifyShard) and returns all failures joined, so one
-// run names every bad file.
+// claims compares a dataset shard's row count, from its footer, with its manifest
+// entry: the check every reader makes before the first row.
+func claims(s *shard, want Output) error {
+	if n := s.numRows(); n != want.Rows {
+		return fmt.Errorf("read %s: %d rows, manifest says %d: %w", s.path, n, want.Rows, ErrCorrupt)
+	}
+	return nil
+}
+
+// Verify checks every shard (VerifyShard: bytes, then the manifest's rows, kind and
+// schema against the shard's footer) and returns all failures joined, so one run names
+// every bad file.
 func (d *Dataset) Verify() error {
 	var errs []error
 	for i := range d.Manifest.Outputs {

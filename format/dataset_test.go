@@ -400,3 +400,48 @@ func TestReadPrompts(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyManifestClaims edits a committed manifest's claims — the shards keep their
+// bytes and digests — and wants both Verify and a reader to refute them from the
+// shards' footers.
+func TestVerifyManifestClaims(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(m *Manifest)
+		want string
+	}{
+		{"rows +5", func(m *Manifest) { m.Outputs[1].Rows += 5 }, "manifest says"},
+		{"kind", func(m *Manifest) { m.Kind = KindAdvantages }, `kind "scores"`},
+		{"schema version", func(m *Manifest) { m.SchemaVersion++ }, "schema version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := writeDataset(t, filepath.Join(tempDir(t), "ds"), sampleScores(), 2)
+			if err := d.Verify(); err != nil {
+				t.Fatalf("Verify() before the edit = %v, want nil", err)
+			}
+			tt.edit(d.Manifest)
+			if err := WriteManifest(d.Dir, d.Manifest); err != nil {
+				t.Fatal(err)
+			}
+			d, err := OpenDataset(d.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = d.Verify()
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchemaMismatch) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Verify() = %v, want ErrCorrupt or ErrSchemaMismatch mentioning %q", err, tt.want)
+			}
+			var rerr error
+			switch d.Manifest.Kind {
+			case KindScores:
+				_, rerr = ReadDataset[Score](d.Dir)
+			case KindAdvantages:
+				_, rerr = ReadDataset[Advantage](d.Dir)
+			}
+			if rerr == nil {
+				t.Errorf("ReadDataset(%s) = nil error, want the edited manifest refused", d.Dir)
+			}
+		})
+	}
+}

@@ -66,6 +66,9 @@ func (r *Reader[R]) openNext() error {
 		return err
 	}
 	leaves, cols, err := s.check(r.l)
+	if err == nil && src.want != nil {
+		err = claims(s, *src.want)
+	}
 	if err != nil {
 		s.close()
 		return err

@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mempo/mempo/format"
@@ -15,7 +18,7 @@ import (
 // A checkpoint (DESIGN.md §3) is a plain HF directory — config.json,
 // generation_config.json, model.safetensors and tokenizer.json, which HF transformers
 // loads ignoring the rest — plus what the stage that trained it adds (optimizer state,
-// trainer_state.json, metrics.jsonl) and the commit record checkpoint.json, written
+// trainer_state.json, _metrics.jsonl) and the commit record checkpoint.json, written
 // last. Every stage that writes one (init-model, sft, update) commits it through
 // Begin and Artifact.Publish, so a directory without a valid commit record is never a
 // checkpoint mempo wrote, whatever it holds.
@@ -62,40 +65,53 @@ type FileDigest struct {
 // ReadCommit reads and validates dir's commit record; it is untrusted input, and any
 // failure wraps ErrNotCheckpoint with the path.
 func ReadCommit(dir string) (*Commit, error) {
-	c, _, err := readCommit(dir)
-	return c, err
-}
-
-// readCommit is ReadCommit that also returns the record's bytes, which CheckpointInput
-// hashes.
-func readCommit(dir string) (*Commit, []byte, error) {
 	path := filepath.Join(dir, CommitFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%s: no %s (an interrupted or foreign directory): %w", dir, CommitFile, ErrNotCheckpoint)
+			return nil, fmt.Errorf("%s: no %s (an interrupted or foreign directory): %w", dir, CommitFile, ErrNotCheckpoint)
 		}
-		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	var c Commit
 	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotCheckpoint)
+		return nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotCheckpoint)
 	}
 	if c.Format != commitFormat || c.Version != commitVersion || len(c.CacheKey) != 64 {
-		return nil, nil, fmt.Errorf("read %s: format %q version %d, want %s version %d with a cache key: %w",
+		return nil, fmt.Errorf("read %s: format %q version %d, want %s version %d with a cache key: %w",
 			path, c.Format, c.Version, commitFormat, commitVersion, ErrNotCheckpoint)
 	}
 	for i, f := range c.Files {
 		if f.File == "" || strings.Contains(f.File, "..") || len(f.SHA256) != 64 || f.Bytes < 0 {
-			return nil, nil, fmt.Errorf("read %s: file %d %q: bad name, sha256 or size: %w", path, i, f.File, ErrNotCheckpoint)
+			return nil, fmt.Errorf("read %s: file %d %q: bad name, sha256 or size: %w", path, i, f.File, ErrNotCheckpoint)
 		}
 	}
-	return &c, b, nil
+	return &c, nil
+}
+
+// Digest identifies the checkpoint by content: the sha256 of the record's canonical
+// JSON with the inputs' paths left out. The record lists every file's sha256, the
+// inputs' digests, the stage, key, code version and seed, so two records have the same
+// digest exactly when they describe the same bytes made the same way, wherever their
+// inputs were read from; the paths stay in the record for people to read.
+func (c *Commit) Digest() string {
+	k := *c
+	k.Inputs = slices.Clone(c.Inputs)
+	for i := range k.Inputs {
+		k.Inputs[i].Path = ""
+	}
+	b, err := json.Marshal(k)
+	if err != nil {
+		panic(fmt.Sprintf("commit record: %v", err)) // plain strings and numbers
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // check reports how dir differs from its record: a file missing or resized. Sizes
 // only, as the stage runtime checks a cache hit (a stat per file, never a re-hash of
-// gigabytes); the digests are for auditing.
+// gigabytes); a stage that reads a file checks its digest as it reads (Verify, and
+// qwen2.Load's streaming hash of the weights), and mempo verify checks them all.
 func (c *Commit) check(dir string) error {
 	for _, f := range c.Files {
 		fi, err := os.Stat(filepath.Join(dir, f.File))
@@ -107,6 +123,96 @@ func (c *Commit) check(dir string) error {
 		}
 	}
 	return nil
+}
+
+// OpenCommit returns dir's commit record, or nil when dir has none at all: a checkpoint
+// no mempo stage wrote (a Qwen2 directory from the HF hub) has nothing to verify
+// against and loads as it is. A record that exists but does not parse is an error
+// wrapping ErrNotCheckpoint, as ReadCommit's.
+func OpenCommit(dir string) (*Commit, error) {
+	if _, err := os.Lstat(filepath.Join(dir, CommitFile)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return ReadCommit(dir)
+}
+
+// File returns the record's entry for the file name (slash-separated, relative to the
+// checkpoint directory).
+func (c *Commit) File(name string) (FileDigest, bool) {
+	for _, f := range c.Files {
+		if f.File == name {
+			return f, true
+		}
+	}
+	return FileDigest{}, false
+}
+
+// Tokenizer is the sha256 of the checkpoint's tokenizer.json as recorded, "" when it
+// has none. It is part of the checkpoint's identity (the record's digest covers it), so
+// two checkpoints with different tokenizers never share a digest, and a tokenizer
+// swapped after the commit fails Verify.
+func (c *Commit) Tokenizer() string {
+	f, _ := c.File(TokenizerFile)
+	return f.SHA256
+}
+
+// Match compares the sha256 and size that a reader computed over dir/name with the
+// record. A file the record does not list, or one whose bytes differ, is an error
+// naming the file and both digests, wrapping ErrNotCheckpoint and format.ErrCorrupt.
+func (c *Commit) Match(dir, name, sum string, size int64) error {
+	path := filepath.Join(dir, filepath.FromSlash(name))
+	f, ok := c.File(name)
+	if !ok {
+		return fmt.Errorf("%s: not listed in %s (added after the %s stage committed the checkpoint); rerun that stage with --force: %w: %w",
+			path, CommitFile, c.Stage, ErrNotCheckpoint, format.ErrCorrupt)
+	}
+	if sum != f.SHA256 || size != f.Bytes {
+		return fmt.Errorf("%s: sha256 %s (%d bytes), %s records sha256 %s (%d bytes): the file changed after the %s stage committed it; rerun that stage with --force: %w: %w",
+			path, sum, size, CommitFile, f.SHA256, f.Bytes, c.Stage, ErrNotCheckpoint, format.ErrCorrupt)
+	}
+	return nil
+}
+
+// Verify re-hashes the named files of dir, or every recorded file when none are named,
+// and compares each with the record (Match), returning every mismatch joined. A named
+// file that is neither recorded nor present is skipped, as a checkpoint need not hold
+// every optional file; one present but not recorded, or recorded but missing, fails.
+func (c *Commit) Verify(dir string, names ...string) error {
+	if len(names) == 0 {
+		for _, f := range c.Files {
+			names = append(names, f.File)
+		}
+	}
+	var errs []error
+	for _, name := range names {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		_, recorded := c.File(name)
+		sum, n, err := hashFile(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist) && !recorded:
+			continue
+		case errors.Is(err, os.ErrNotExist):
+			errs = append(errs, fmt.Errorf("%s: listed in %s but missing; rerun the %s stage with --force: %w: %w",
+				path, CommitFile, c.Stage, ErrNotCheckpoint, format.ErrCorrupt))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("verify %s: %w", path, err))
+		default:
+			if err := c.Match(dir, name, sum, n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// VerifyCheckpoint verifies the named files of the checkpoint dir against its commit
+// record (Commit.Verify); a directory without one has nothing to verify and passes.
+func VerifyCheckpoint(dir string, names ...string) error {
+	c, err := OpenCommit(dir)
+	if err != nil || c == nil {
+		return err
+	}
+	return c.Verify(dir, names...)
 }
 
 // TrainerState is trainer_state.json: where training stands after this checkpoint.

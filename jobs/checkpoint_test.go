@@ -9,9 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/renameio"
 )
 
 // publish commits files (name → body) as the checkpoint of key at out.
@@ -95,7 +99,7 @@ func TestArtifact(t *testing.T) {
 
 // TestBeginTakesOverStaleLock checks that checkpoints share the datasets' lock: the
 // lock file is the runtime's (pid, host, time), and a dead writer's lock is taken over
-// with the runtime's warning.
+// and reported with the rest of its leftovers, as a dataset run reports it.
 func TestBeginTakesOverStaleLock(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ckpt")
 	host, _ := os.Hostname()
@@ -114,7 +118,7 @@ func TestBeginTakesOverStaleLock(t *testing.T) {
 	if err != nil || held.PID != os.Getpid() || held.Host != host || held.Time.IsZero() {
 		t.Errorf("lock while building = %+v, %v; want this process's pid, host and time", held, err)
 	}
-	if !strings.Contains(log.String(), "took over stale lock") || !strings.Contains(log.String(), "dead_pid=4242") {
+	if !strings.Contains(log.String(), "removed leftovers") || !strings.Contains(log.String(), "ckpt.lock (pid 4242, dead)") {
 		t.Errorf("log lacks the takeover warning:\n%s", log.String())
 	}
 	a.Release()
@@ -128,24 +132,48 @@ func TestBeginTakesOverStaleLock(t *testing.T) {
 	}
 }
 
-// TestCheckpointInput checks that a committed checkpoint is keyed by the sha256 of its
-// commit record (whatever its path), that a foreign HF directory is keyed by its bytes,
+// TestCommitDigest: a record's digest ignores where its inputs were read from and
+// follows everything else.
+func TestCommitDigest(t *testing.T) {
+	c := &Commit{Format: commitFormat, Version: commitVersion, Stage: "update", CacheKey: strings.Repeat("a", 64),
+		Inputs: []format.Input{{Name: "rollouts", Path: "/runs/a/rollouts", Digest: "dataset:1"}},
+		Files:  []FileDigest{{File: "model.safetensors", SHA256: strings.Repeat("b", 64), Bytes: 7}}}
+	moved := *c
+	moved.Inputs = []format.Input{{Name: "rollouts", Path: "../a/rollouts", Digest: "dataset:1"}}
+	if c.Digest() != moved.Digest() {
+		t.Errorf("digest changed with the input path alone")
+	}
+	if c.Inputs[0].Path != "/runs/a/rollouts" {
+		t.Errorf("Digest changed the record's input path to %q", c.Inputs[0].Path)
+	}
+	other := *c
+	other.Inputs = []format.Input{{Name: "rollouts", Path: "/runs/a/rollouts", Digest: "dataset:2"}}
+	weights := *c
+	weights.Files = []FileDigest{{File: "model.safetensors", SHA256: strings.Repeat("c", 64), Bytes: 7}}
+	for name, d := range map[string]*Commit{"input digest": &other, "file digest": &weights} {
+		if d.Digest() == c.Digest() {
+			t.Errorf("digest did not change with the %s", name)
+		}
+	}
+}
+
+// TestCheckpointInput checks that a committed checkpoint is keyed by its commit
+// record's digest (whatever its path), that a foreign HF directory is keyed by its bytes,
 // and that anything else is refused with ErrNotCheckpoint naming the directory.
 func TestCheckpointInput(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "policy")
 	publish(t, out, Key{5}, map[string]string{"config.json": "{}\n", "model.safetensors": "weights"})
-	raw, err := os.ReadFile(filepath.Join(out, CommitFile))
+	c, err := ReadCommit(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(raw)
-	want := "checkpoint:" + hex.EncodeToString(sum[:])
+	want := "checkpoint:" + c.Digest()
 	in, err := CheckpointInput("policy", out)
 	if err != nil || in.Digest != want || in.Name != "policy" || in.Path != out {
 		t.Fatalf("CheckpointInput = %+v, %v; want digest %s", in, err, want)
 	}
-	if got := DigestOf(in); got != hex.EncodeToString(sum[:]) {
+	if got := DigestOf(in); got != c.Digest() {
 		t.Errorf("DigestOf(%s) = %s, want the bare sha256", in.Digest, got)
 	}
 	moved := filepath.Join(dir, "moved")
@@ -243,5 +271,134 @@ func TestSnapshot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, resumeDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("published checkpoint holds %s (%v), want the snapshots removed", resumeDir, err)
+	}
+}
+
+// TestVerifyCheckpoint damages a committed checkpoint's files keeping their sizes (what
+// the cache-hit check passes) and wants Verify to name the file and both digests; a
+// directory without a record has nothing to verify against.
+func TestVerifyCheckpoint(t *testing.T) {
+	files := map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 1000), TokenizerFile: `{"v": 1}` + "\n"}
+	tests := []struct {
+		name  string
+		file  string
+		names []string
+	}{
+		{"weights", "model.safetensors", nil},
+		{"tokenizer", TokenizerFile, []string{"config.json", TokenizerFile}},
+		{"config", "config.json", []string{"config.json"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "ckpt")
+			c := publish(t, out, Key{4}, files)
+			if err := VerifyCheckpoint(out, tt.names...); err != nil {
+				t.Fatalf("VerifyCheckpoint(%s) = %v before damage, want nil", out, err)
+			}
+			if c.Tokenizer() == "" {
+				t.Errorf("Tokenizer() = \"\", want the recorded sha256 of %s", TokenizerFile)
+			}
+			path := filepath.Join(out, tt.file)
+			b, _ := os.ReadFile(path)
+			b[len(b)/2] ^= 1
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := CheckpointInput("policy", out); err != nil {
+				t.Fatalf("CheckpointInput = %v, want the size-only check to pass (the case Verify exists for)", err)
+			}
+			want, _ := c.File(tt.file)
+			sum := sha256.Sum256(b)
+			err := VerifyCheckpoint(out, tt.names...)
+			if !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), path) ||
+				!strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
+				t.Errorf("VerifyCheckpoint = %v, want ErrNotCheckpoint naming %s and both digests", err, path)
+			}
+			if err := os.Remove(filepath.Join(out, CommitFile)); err != nil {
+				t.Fatal(err)
+			}
+			if err := VerifyCheckpoint(out, tt.names...); err != nil {
+				t.Errorf("VerifyCheckpoint without a record = %v, want nil", err)
+			}
+		})
+	}
+	t.Run("unrecorded tokenizer", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "ckpt")
+		publish(t, out, Key{5}, map[string]string{"config.json": "{}\n"})
+		if err := os.WriteFile(filepath.Join(out, TokenizerFile), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := VerifyCheckpoint(out, "config.json", TokenizerFile); !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "not listed") {
+			t.Errorf("VerifyCheckpoint with a tokenizer added after the commit = %v, want ErrNotCheckpoint, not listed", err)
+		}
+	})
+}
+
+// TestBeginRemovesLeftovers: Begin, on a cache hit and on a miss alike, removes what
+// dead writers left beside a checkpoint (their lock, a previous checkpoint moved aside,
+// temp dirs of other keys) and reports it in one log line; a miss keeps its own key's
+// temp dir with the snapshot it resumes from. A live writer's files are left alone, and
+// a user's directory that merely starts with the checkpoint's name is never touched.
+func TestBeginRemovesLeftovers(t *testing.T) {
+	key := Key{4}
+	tests := []struct {
+		name string
+		hit  bool
+		live bool
+		want []string // beside the checkpoint afterwards
+	}{
+		{"hit", true, false, []string{"ckpt", "ckpt.old-backup"}},
+		{"hit, live writer", true, true, nil},
+		{"miss", false, false, []string{"ckpt", "ckpt.lock", "ckpt.old-backup", "ckpt.tmp-" + key.Short()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "ckpt")
+			publishedKey := key
+			if !tt.hit {
+				publishedKey = Key{5}
+			}
+			publish(t, out, publishedKey, map[string]string{"config.json": "{}\n"})
+			host, _ := os.Hostname()
+			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			own := filepath.Join(out+".tmp-"+key.Short(), resumeDir, "step-2")
+			for _, d := range []string{out + ".old-0123456789ab", out + ".tmp-ba9876543210", out + ".verify-0123456789ab", out + ".old-backup", own} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := listDir(t, dir)
+			var log bytes.Buffer
+			spec := Spec{Out: out, Host: host, Log: slog.New(slog.NewTextHandler(&log, nil))}
+			spec.alive = func(int) bool { return tt.live }
+			a, hit, err := Begin(spec, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hit != nil; got != tt.hit {
+				t.Fatalf("Begin: hit %v, want %v", got, tt.hit)
+			}
+			if a != nil {
+				defer a.Release()
+				if _, err := os.Stat(own); err != nil {
+					t.Errorf("the snapshot of this key's temp dir is gone: %v", err)
+				}
+			}
+			if tt.live {
+				if got := listDir(t, dir); !slices.Equal(got, before) {
+					t.Errorf("with a live writer: %v after Begin, want %v untouched", got, before)
+				}
+				return
+			}
+			if got := entries(t, dir); !slices.Equal(got, tt.want) {
+				t.Errorf("after Begin: %v beside the checkpoint, want %v", got, tt.want)
+			}
+			if n := strings.Count(log.String(), "removed leftovers"); n != 1 || !strings.Contains(log.String(), "ckpt.lock (pid 4242, dead)") {
+				t.Errorf("log has %d leftover lines, want 1 naming the dead writer's lock:\n%s", n, log.String())
+			}
+		})
 	}
 }

@@ -35,9 +35,9 @@ func DatasetInput(name, dir string) (format.Input, error) {
 }
 
 // CheckpointInput names a checkpoint input (a policy, the reference, an init model) by
-// its commit record: the digest is "checkpoint:" and the sha256 of checkpoint.json,
-// which already records every file's sha256, so a stage keys a checkpoint of gigabytes
-// by reading one small file. The record must parse, and the files it lists must be
+// its commit record: the digest is "checkpoint:" and Commit.Digest, the sha256 of
+// checkpoint.json's content without input paths; the record already lists every file's
+// sha256, so a stage keys a checkpoint of gigabytes by reading one small file. The record must parse, and the files it lists must be
 // there with their recorded sizes (a stat each, as a cache hit checks).
 //
 // A checkpoint mempo did not write — a Qwen2 directory from the HF hub, which has
@@ -50,7 +50,7 @@ func CheckpointInput(name, dir string) (format.Input, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return format.Input{}, fmt.Errorf("input %s: %w", name, err)
 	}
-	c, raw, err := readCommit(dir)
+	c, err := ReadCommit(dir)
 	if errors.Is(err, ErrNotCheckpoint) && foreign(dir) {
 		sum, err := dirDigest(dir)
 		if err != nil {
@@ -67,8 +67,7 @@ func CheckpointInput(name, dir string) (format.Input, error) {
 	if err != nil {
 		return format.Input{}, fmt.Errorf("input %s: %w", name, err)
 	}
-	sum := sha256.Sum256(raw)
-	in.Digest = "checkpoint:" + hex.EncodeToString(sum[:])
+	in.Digest = "checkpoint:" + c.Digest()
 	return in, nil
 }
 
@@ -94,8 +93,9 @@ func DigestOf(in format.Input) string {
 
 // dirDigest is one digest over dir's regular files: sha256 of the sorted lines
 // "<relative path> <sha256 of the file>". Names starting with "." are skipped (temp
-// files, locks), and so is MetricsName, the run record whose timings differ between
-// identical runs: the digest is the content, not the leftovers or the clock of a writer.
+// files, locks), and so is MetricsName (or its legacy name), the run record whose
+// timings differ between identical runs: the digest is the content, not the leftovers
+// or the clock of a writer.
 func dirDigest(dir string) (string, error) {
 	var lines []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -108,7 +108,7 @@ func dirDigest(dir string) (string, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || d.Name() == MetricsName {
+		if !d.Type().IsRegular() || isMetrics(d.Name()) {
 			return nil
 		}
 		sum, _, err := hashFile(path)

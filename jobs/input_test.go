@@ -26,6 +26,7 @@ func TestDirDigest(t *testing.T) {
 	}
 	write(".lock", "pid 1")
 	write(MetricsName, `{"timing_s": 3.2}`)
+	write(legacyMetricsName, `{"timing_s": 3.1}`) // a run from before the rename
 	write(".tmp/x", "scratch")
 	if got, err := dirDigest(dir); err != nil || got != base {
 		t.Errorf("dirDigest after adding dot files and a metrics record = %s, %v; want unchanged %s", got, err, base)

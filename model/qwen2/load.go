@@ -1,10 +1,15 @@
 package qwen2
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/mempo/mempo/internal/renameio"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
@@ -210,7 +216,28 @@ func (m *Model) ignoredKey(key string) bool {
 // one staging tensor only when dtype or device differ), so the weights are never
 // held twice. A missing, extra or mis-shaped tensor is an error naming the key, the
 // shapes and the file.
+//
+// A checkpoint with a commit record (jobs.CommitFile) is verified against it: the
+// small files a stage reads beside the weights (config.json, generation_config.json,
+// tokenizer.json, the shard index) are hashed first, and every weights file is hashed
+// as it is read, in one sequential pass, so a flipped bit anywhere fails the load with
+// an error naming the file and both digests. A directory without a record (an HF hub
+// download) has nothing to verify against and loads as it is.
+//
+// Cost, measured with BenchmarkLoadVerify (a 343 MB float32 model read from the page
+// cache) on this project's 2-core AMD EPYC, shared and loaded: sha256 alone ran at
+// 0.34 GB/s (0.68 GB/s on a 64 MB buffer in memory), a load at 0.23 GB/s unverified
+// and 0.29 GB/s verified. Hashing one pass of ~1 GB of weights costs 1.5–3 s of CPU
+// against a load of 3.5–4.5 s, and the load measured no slower with it: it reads
+// each file once, in order, instead of by ReadAt per tensor.
 func Load(dir string, opt Options) (m *Model, err error) {
+	rec, err := jobs.OpenCommit(dir)
+	if err == nil && rec != nil {
+		err = rec.Verify(dir, ConfigFile, GenerationConfigFile, jobs.TokenizerFile, safetensors.IndexFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
 	cfg, err := ReadConfig(filepath.Join(dir, ConfigFile))
 	if err != nil {
 		return nil, err
@@ -223,16 +250,25 @@ func Load(dir string, opt Options) (m *Model, err error) {
 	if m, err = New(cfg, opt); err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	if err := m.read(set); err != nil {
+	if err := m.read(set, dir, rec); err != nil {
 		m.Drop()
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	return m, nil
 }
 
-func (m *Model) read(set *safetensors.Set) (err error) {
+// placed is one weight with its location in the checkpoint.
+type placed struct {
+	param
+	info safetensors.Info
+}
+
+// read fills the weights from set, each file read once from start to end. With a
+// commit record, each file's sha256 over that pass must match it.
+func (m *Model) read(set *safetensors.Set, dir string, rec *jobs.Commit) (err error) {
 	defer torch.Catch("read weights", &err)
 	seen := map[string]bool{}
+	byFile := map[string][]placed{}
 	for _, p := range m.params() {
 		info, ok := set.Info(p.key)
 		if !ok {
@@ -248,25 +284,124 @@ func (m *Model) read(set *safetensors.Set) (err error) {
 		if !ok || !weightDType(fdt) {
 			return fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16: %w", file, p.key, info.DType, ErrCheckpoint)
 		}
-		if fdt == m.dtype && m.device == gotch.CPU {
-			if err := set.ReadInto(p.key, torch.Of(p.t).Bytes()); err != nil {
-				return err
-			}
-			continue
-		}
-		tmp := torch.RawEmpty(want, fdt, gotch.CPU)
-		err := set.ReadInto(p.key, tmp.Bytes())
-		if err == nil {
-			torch.Of(p.t).CopyFrom(tmp)
-		}
-		tmp.Free()
-		if err != nil {
-			return err
-		}
+		byFile[file] = append(byFile[file], placed{p, info})
 	}
 	for _, info := range set.Tensors() {
 		if !seen[info.Name] && !m.ignoredKey(info.Name) {
 			return fmt.Errorf("%s: tensor %q %v is not part of a %d-layer Qwen2 model: %w", set.FileOf(info.Name), info.Name, info.Shape, m.Config.NumLayers, ErrCheckpoint)
+		}
+	}
+	files := slices.Sorted(maps.Keys(byFile))
+	for _, info := range set.Tensors() {
+		// A file holding only ignored tensors is still part of what the record vouches for.
+		if f := set.FileOf(info.Name); !slices.Contains(files, f) {
+			files = append(files, f)
+			byFile[f] = nil
+		}
+	}
+	for _, file := range files {
+		if err := m.readFile(file, byFile[file], dir, rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readFile reads the weights ws of one safetensors file in offset order, passing every
+// byte of the file (header and gaps included) through sha256 when rec is set.
+func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit) error {
+	slices.SortFunc(ws, func(a, b placed) int { return cmp.Compare(a.info.Offset, b.info.Offset) })
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	var sum hash.Hash
+	var r io.Reader = f
+	if rec != nil {
+		sum = sha256.New()
+		r = io.TeeReader(f, sum)
+	}
+	var pos int64
+	for _, w := range ws {
+		if w.info.Offset < pos {
+			return fmt.Errorf("%s: tensor %q at offset %d overlaps the previous one, which ends at %d: %w", path, w.key, w.info.Offset, pos, ErrCheckpoint)
+		}
+		if _, err := io.CopyN(io.Discard, r, w.info.Offset-pos); err != nil {
+			return fmt.Errorf("read %s: before %q: %w", path, w.key, err)
+		}
+		fdt, _ := torch.FromSafetensors(w.info.DType) // checked by read
+		want := w.t.MustSize()
+		var err error
+		if fdt == m.dtype && m.device == gotch.CPU {
+			_, err = io.ReadFull(r, torch.Of(w.t).Bytes())
+		} else {
+			tmp := torch.RawEmpty(want, fdt, gotch.CPU)
+			if _, err = io.ReadFull(r, tmp.Bytes()); err == nil {
+				torch.Of(w.t).CopyFrom(tmp)
+			}
+			tmp.Free()
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %q at offset %d: %w", path, w.key, w.info.Offset, err)
+		}
+		pos = w.info.Offset + w.info.Size
+	}
+	if rec == nil {
+		return nil
+	}
+	rest, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil {
+		rel = filepath.Base(path)
+	}
+	return rec.Match(dir, filepath.ToSlash(rel), hex.EncodeToString(sum.Sum(nil)), pos+rest)
+}
+
+// Vocab is what CheckTokenizer reads of a tokenizer; bpe.Tokenizer has it.
+type Vocab interface {
+	VocabSize() int
+	TokenString(id int32) (string, bool)
+	Special(content string) (int32, bool)
+}
+
+// CheckTokenizer verifies that tok is a tokenizer of a model with config c, beyond
+// CheckVocab's bound: the ids config.json names as eos_token_id and bos_token_id must
+// be special tokens of tok, and each token in required (the special tokens the
+// prompt format renders, e.g. ChatML's) must be a special token of tok with an
+// embedding row. A tokenizer with the model's vocabulary size but shuffled ids, or
+// one that lost its last tokens, fails here by name, where CheckVocab alone passes.
+func (c Config) CheckTokenizer(tok Vocab, required ...string) error {
+	if err := c.CheckVocab(tok.VocabSize()); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		field string
+		id    *int
+	}{{"eos_token_id", c.EOSTokenID}, {"bos_token_id", c.BOSTokenID}} {
+		if f.id == nil {
+			continue
+		}
+		s, ok := tok.TokenString(int32(*f.id))
+		if !ok {
+			return fmt.Errorf("config.json %s %d: no such token in a tokenizer of %d tokens: tokenizer/model mismatch: %w",
+				f.field, *f.id, tok.VocabSize(), ErrConfig)
+		}
+		if _, special := tok.Special(s); !special {
+			return fmt.Errorf("config.json %s %d: the tokenizer's token %d is %q, not a special token: tokenizer/model mismatch: %w",
+				f.field, *f.id, *f.id, s, ErrConfig)
+		}
+	}
+	for _, s := range required {
+		id, ok := tok.Special(s)
+		if !ok {
+			return fmt.Errorf("tokenizer has no special token %q, which the prompt format needs: tokenizer/model mismatch: %w", s, ErrConfig)
+		}
+		if int(id) >= c.VocabSize {
+			return fmt.Errorf("special token %q has id %d, model vocab_size is %d: tokenizer/model mismatch: %w", s, id, c.VocabSize, ErrConfig)
 		}
 	}
 	return nil

@@ -16,10 +16,11 @@ import (
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
 )
 
-// Metric is one line of metrics.jsonl: one optimizer step.
+// Metric is one line of _metrics.jsonl: one optimizer step.
 type Metric struct {
 	Step       int64   `json:"step"`
 	Epoch      int     `json:"epoch"`
@@ -48,6 +49,7 @@ const heldBefore = "heldout_loss_before"
 // weights. Snapshots are saved at each epoch's end unless opt says otherwise
 // (train.WithSnapshotEvery).
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...train.Option) (*train.Result, error) {
+	torch.BoundHeap()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -111,6 +113,10 @@ type run struct {
 // prepare plays the oracle on every question, replays each trajectory through the
 // policy's tokenizer into examples, holds some trajectories out and plans the batches.
 func (r *run) prepare(ctx context.Context) (train.Plan, error) {
+	// The weights are verified as they load; the tokenizer and config are read first.
+	if err := jobs.VerifyCheckpoint(r.in.Policy, jobs.TokenizerFile, qwen2.ConfigFile); err != nil {
+		return train.Plan{}, fmt.Errorf("policy: %w", err)
+	}
 	tok, err := bpe.Load(filepath.Join(r.in.Policy, jobs.TokenizerFile))
 	if err != nil {
 		return train.Plan{}, fmt.Errorf("policy tokenizer: %w", err)
@@ -119,7 +125,7 @@ func (r *run) prepare(ctx context.Context) (train.Plan, error) {
 	if err != nil {
 		return train.Plan{}, fmt.Errorf("policy: %w", err)
 	}
-	if err := mc.CheckVocab(tok.VocabSize()); err != nil {
+	if err := mc.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
 		return train.Plan{}, fmt.Errorf("policy %s: %w", r.in.Policy, err)
 	}
 	perTraj, err := r.clone(ctx, tok, mc.MaxPositions)
@@ -277,7 +283,7 @@ func summary(before, after float64, mets []Metric, trajs []task.Trajectory, turn
 		out["train_loss_last"] = mets[n-1].Loss
 	}
 	out["tokens"] = tokens
-	// tokens/s stays in metrics.jsonl: trainer_state.json is content, timings are not.
+	// tokens/s stays in _metrics.jsonl: trainer_state.json is content, timings are not.
 	return out
 }
 

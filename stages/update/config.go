@@ -8,6 +8,7 @@
 package update
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -24,6 +25,12 @@ var (
 	// ErrInput marks inputs that cannot be trained on: rows that do not match across the
 	// datasets, a reference of another model, a sequence longer than the model's context.
 	ErrInput = train.ErrInput
+	// ErrPolicy marks log-probs (and the rollouts they score) made by another policy
+	// than --policy; it comes wrapped with ErrInput.
+	ErrPolicy = errors.New("rollouts and log-probs from different policies")
+	// ErrReference marks log-probs scored against another reference than --ref; it
+	// comes wrapped with ErrInput.
+	ErrReference = errors.New("log-probs of another reference")
 )
 
 // Config is the update stage's configuration; its canonical JSON is keyed and stored

@@ -11,6 +11,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch/ts"
@@ -44,8 +45,12 @@ func writePolicy(t testing.TB, dir string, cfg qwen2.Config, seed uint64) {
 	if err := m.Save(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, jobs.TokenizerFile), []byte(`{"stand-in": true}`+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	// The update never parses the tokenizer; with its companion files present it is
+	// copied to the new checkpoint as it is.
+	for _, name := range append([]string{jobs.TokenizerFile}, bpe.CompanionFiles...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"stand-in": true}`+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -142,10 +147,37 @@ func newFixtureAt(t testing.TB, turns []turn, temp float64) *fixture {
 	if err := format.WriteManifest(f.in.Logprobs, man); err != nil {
 		t.Fatal(err)
 	}
+	recordScoring(t, f.in)
 	if _, err := formattest.WriteDataset(f.in.Advantages, "test", [][]format.Advantage{advs}); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// recordScoring records in in.Logprobs' manifest the inputs it was scored from, as
+// mempo-logprob does: in's rollouts, policy and reference, each by digest.
+func recordScoring(t testing.TB, in Inputs) {
+	t.Helper()
+	man, err := format.ReadManifest(in.Logprobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollouts, err := jobs.DatasetInput("rollouts", in.Rollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := jobs.CheckpointInput("policy", in.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := jobs.CheckpointInput("ref", in.Ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man.Stage, man.Inputs = "logprob", []format.Input{rollouts, policy, ref}
+	if err := format.WriteManifest(in.Logprobs, man); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testConfig trains fast enough to see the policy move in one step.

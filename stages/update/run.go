@@ -10,6 +10,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
 )
 
@@ -22,7 +23,7 @@ type Inputs struct {
 	Advantages string // advantages dataset of those rollouts
 }
 
-// Metric is one line of metrics.jsonl: one mini-batch, one optimizer step. The loss
+// Metric is one line of _metrics.jsonl: one mini-batch, one optimizer step. The loss
 // figures are the mini-batch's values (micro-batch shares added up); Tokens counts its
 // response tokens.
 type Metric struct {
@@ -52,6 +53,7 @@ const planStream = 0x7570646174652d31 // "update-1"
 // a failed or killed run publishes nothing and leaves an earlier checkpoint at spec.Out
 // in place, and a rerun resumes from the last snapshot with the same result.
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...train.Option) (*train.Result, error) {
+	torch.BoundHeap()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -61,6 +63,9 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	}
 	inputs, err := keyedInputs(in)
 	if err != nil {
+		return nil, err
+	}
+	if err := scoredAgainst(in.Logprobs, inputs); err != nil {
 		return nil, err
 	}
 	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now}
@@ -212,7 +217,7 @@ func summary(mets []Metric) map[string]float64 {
 	}
 	out["lr"] = mets[len(mets)-1].LR
 	out["tokens"] = tokens
-	// tokens/s stays in metrics.jsonl: trainer_state.json is content, timings are not.
+	// tokens/s stays in _metrics.jsonl: trainer_state.json is content, timings are not.
 	return out
 }
 

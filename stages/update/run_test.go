@@ -16,8 +16,10 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/jobs/jobstest"
+	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/train"
 )
@@ -84,7 +86,7 @@ func TestRun(t *testing.T) {
 	}
 	mets := readMetrics(t, out)
 	if len(mets) != 2 {
-		t.Fatalf("metrics.jsonl has %d lines, want 2", len(mets))
+		t.Fatalf("_metrics.jsonl has %d lines, want 2", len(mets))
 	}
 	if first := mets[0]; first.KL != 0 || first.PPOKL != 0 || first.ClipFrac != 0 {
 		t.Errorf("first mini-batch: kl %v ppo_kl %v clipfrac %v, want exactly 0 with policy = reference = old", first.KL, first.PPOKL, first.ClipFrac)
@@ -127,9 +129,15 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Run with another seed = %+v, %v; want another key", other, err)
 	}
 
-	// Iteration 2 trains iteration 1's checkpoint: its optimizer state is an input.
+	// Iteration 2 trains iteration 1's checkpoint: its optimizer state is an input. Its
+	// log-probs stand in for ones scored with that policy (same rows, its digest).
 	next := f.in
 	next.Policy = out
+	next.Logprobs = filepath.Join(f.dir, "logprobs-2")
+	if err := os.CopyFS(next.Logprobs, os.DirFS(f.in.Logprobs)); err != nil {
+		t.Fatal(err)
+	}
+	recordScoring(t, next)
 	res2, err := Run(context.Background(), cfg, next, jobs.Spec{Out: filepath.Join(f.dir, "iter-2"), Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +194,93 @@ func TestRunRejects(t *testing.T) {
 		}
 		t.Log(err)
 	})
+	// A policy or reference other than the ones the log-probs were scored with, each as
+	// mempo-update would have accepted and recorded it before.
+	other := func(t *testing.T, name string, fn func(t *testing.T, dir string)) string {
+		dir := filepath.Join(t.TempDir(), name)
+		writePolicy(t, dir, tinyConfig(fixtureVocab), 7)
+		fn(t, dir)
+		return dir
+	}
+	nanWeights := func(t *testing.T, dir string) {
+		m, err := qwen2.Load(dir, qwen2.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Drop()
+		if err := m.Weights()[0].Tensor.Fill_(ts.FloatScalar(math.NaN())); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Save(dir, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncate := func(t *testing.T, dir string) {
+		path := filepath.Join(dir, "model.safetensors")
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path, fi.Size()-64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reseed := func(t *testing.T, dir string) { writePolicy(t, dir, tinyConfig(fixtureVocab), 8) }
+	for _, tt := range []struct {
+		name string
+		in   func(t *testing.T) Inputs
+		want error
+		flag string
+	}{
+		{"other reference", func(t *testing.T) Inputs { in := f.in; in.Ref = other(t, "ref", reseed); return in }, ErrReference, "--ref"},
+		{"NaN reference", func(t *testing.T) Inputs { in := f.in; in.Ref = other(t, "ref", nanWeights); return in }, ErrReference, "--ref"},
+		{"truncated reference", func(t *testing.T) Inputs { in := f.in; in.Ref = other(t, "ref", truncate); return in }, ErrReference, "--ref"},
+		{"missing reference", func(t *testing.T) Inputs { in := f.in; in.Ref = filepath.Join(t.TempDir(), "none"); return in }, os.ErrNotExist, "ref"},
+		{"other policy", func(t *testing.T) Inputs { in := f.in; in.Policy = other(t, "policy", reseed); return in }, ErrPolicy, "--policy"},
+		{"reference tokenizer", func(t *testing.T) Inputs {
+			in := f.in
+			in.Ref = other(t, "ref", func(t *testing.T, dir string) {
+				if err := os.WriteFile(filepath.Join(dir, jobs.TokenizerFile), []byte(`{"stand-in": "shuffled"}`+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			})
+			return in
+		}, ErrInput, jobs.TokenizerFile},
+		{"reference without tokenizer", func(t *testing.T) Inputs {
+			in := f.in
+			in.Ref = other(t, "ref", func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, jobs.TokenizerFile)) })
+			return in
+		}, ErrInput, "missing"},
+		{"log-probs without their inputs", func(t *testing.T) Inputs {
+			in := f.in
+			in.Logprobs = filepath.Join(t.TempDir(), "logprobs")
+			if err := os.CopyFS(in.Logprobs, os.DirFS(f.in.Logprobs)); err != nil {
+				t.Fatal(err)
+			}
+			man, err := format.ReadManifest(in.Logprobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			man.Inputs = nil
+			if err := format.WriteManifest(in.Logprobs, man); err != nil {
+				t.Fatal(err)
+			}
+			return in
+		}, ErrInput, "records no"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in(t)
+			out := filepath.Join(t.TempDir(), "out")
+			_, err := Run(context.Background(), cfg, in, jobs.Spec{Out: out, Seed: 1})
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.flag) {
+				t.Fatalf("Run = %v, want %v mentioning %q", err, tt.want, tt.flag)
+			}
+			if _, serr := os.Stat(out); !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("after the refused run, %s exists (%v), want nothing published", out, serr)
+			}
+			t.Log(err)
+		})
+	}
 	t.Run("too many mini-batches", func(t *testing.T) {
 		c := cfg
 		c.MiniBatches = 1000
@@ -222,6 +317,12 @@ func TestRunNaN(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
+	for _, name := range append([]string{jobs.TokenizerFile}, bpe.CompanionFiles...) {
+		if err := jobs.CopyFile(filepath.Join(bad.Policy, name), filepath.Join(f.in.Policy, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recordScoring(t, bad) // the log-probs were scored with the diverged policy
 	_, err = Run(context.Background(), cfg, bad, jobs.Spec{Out: out, Seed: 1})
 	if !errors.Is(err, train.ErrNonFinite) {
 		t.Fatalf("Run on a NaN policy = %v, want ErrNonFinite", err)

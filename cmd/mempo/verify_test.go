@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mempo/mempo/agent/search"
+	"github.com/mempo/mempo/agent/task"
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/gentask"
+)
+
+// flipByte flips the low bit of the byte at off (from the end when negative), keeping
+// the file's size.
+func flipByte(t *testing.T, path string, off int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off < 0 {
+		off += len(b)
+	}
+	b[off] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyDirs runs mempo verify's check on each kind of committed directory, as
+// the stages commit them, then damaged: a byte of a committed file, a manifest claim,
+// an unrecorded file.
+func TestVerifyDirs(t *testing.T) {
+	dir := t.TempDir()
+	taskDir := filepath.Join(dir, "task")
+	tc := task.Config{Seed: 3, People: 24, Cities: 8, Companies: 8, Countries: 3, TwinRate: 0.3, TwoHopRate: 0.3,
+		TrainK: 2, Train: 24, TestK: []int{2}, Test: 4}
+	if _, err := gentask.Run(context.Background(), tc, jobs.Spec{Out: taskDir}); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(dir, "index")
+	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: filepath.Join(taskDir, task.CorpusFile), Dir: index}, search.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(dir, "ckpt")
+	a, _, err := jobs.Begin(jobs.Spec{Out: ckpt}, jobs.Key{9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), jobs.TokenizerFile: "{}\n"} {
+		if err := os.WriteFile(filepath.Join(a.Tmp, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Publish(jobs.Commit{Stage: "init-model"}); err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	train := filepath.Join(taskDir, task.TrainDir)
+
+	for _, tt := range []struct{ dir, want string }{
+		{train, "prompts"}, {ckpt, "checkpoint of stage init-model"}, {taskDir, "task"}, {index, "index of"},
+	} {
+		if got, err := verifyDir(tt.dir); err != nil || !strings.Contains(got, tt.want) {
+			t.Errorf("verifyDir(%s) = %q, %v, want a summary with %q", tt.dir, got, err, tt.want)
+		}
+	}
+	if _, err := verifyDir(dir); err == nil {
+		t.Errorf("verifyDir(%s) of a directory without a commit record = nil error, want one", dir)
+	}
+
+	t.Run("checkpoint weights", func(t *testing.T) {
+		rec, err := jobs.ReadCommit(ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := rec.File("model.safetensors")
+		path := filepath.Join(ckpt, "model.safetensors")
+		flipByte(t, path, 100)
+		defer flipByte(t, path, 100)
+		sum, _, _ := format.Checksum(path)
+		_, err = verifyDir(ckpt)
+		if !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), sum) {
+			t.Errorf("verifyDir(%s) = %v, want ErrNotCheckpoint with sha256 %s and %s", ckpt, err, want.SHA256, sum)
+		}
+	})
+	t.Run("checkpoint extra file", func(t *testing.T) {
+		extra := filepath.Join(ckpt, "added.bin")
+		if err := os.WriteFile(extra, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(extra)
+		if _, err := verifyDir(ckpt); err == nil || !strings.Contains(err.Error(), "added.bin") {
+			t.Errorf("verifyDir(%s) = %v, want the unrecorded added.bin named", ckpt, err)
+		}
+	})
+	t.Run("task corpus", func(t *testing.T) {
+		path := filepath.Join(taskDir, task.CorpusFile)
+		flipByte(t, path, 10)
+		defer flipByte(t, path, 10)
+		if _, err := verifyDir(taskDir); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), task.CorpusFile) {
+			t.Errorf("verifyDir(%s) = %v, want ErrCorrupt naming %s", taskDir, err, task.CorpusFile)
+		}
+	})
+	t.Run("manifest rows", func(t *testing.T) {
+		m, err := format.ReadManifest(train)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig := *m
+		orig.Outputs = append([]format.Output(nil), m.Outputs...)
+		m.Outputs[0].Rows += 5
+		if err := format.WriteManifest(train, m); err != nil {
+			t.Fatal(err)
+		}
+		defer format.WriteManifest(train, &orig)
+		if _, err := verifyDir(train); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), "rows") {
+			t.Errorf("verifyDir(%s) = %v, want ErrCorrupt about rows", train, err)
+		}
+		if _, err := verifyDir(taskDir); err == nil {
+			t.Errorf("verifyDir(%s) with an edited train manifest = nil error, want one", taskDir)
+		}
+	})
+}
