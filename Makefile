@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/...
 
-.PHONY: all build test test-build test-pure test-torch bench bench-compare demo experiment libtorch fixtures clean
+.PHONY: all build test test-build test-pure test-torch test-ecosystem bench bench-compare demo experiment libtorch fixtures clean
 
 all: build
 
@@ -28,7 +28,7 @@ build: libtorch
 	@[ "$$(cat bin/CODE_VERSION 2>/dev/null)" = "$(CODE_VERSION)" ] || echo "$(CODE_VERSION)" > bin/CODE_VERSION
 
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
-test: test-build fixtures test-pure test-torch
+test: test-build fixtures test-pure test-torch test-ecosystem
 
 # The libtorch fetch fails with a clear message (stand-in pip, no network used).
 test-build:
@@ -42,6 +42,11 @@ test-pure:
 test-torch: libtorch
 	$(GO_TORCH) vet ./...
 	$(GO_TORCH) test -count=1 -timeout 30m ./...
+
+# A tiny real run opened with pyarrow, pandas, DuckDB and transformers (build/ecosystem/check.sh);
+# one line says it skipped when no Python has pyarrow. It installs nothing.
+test-ecosystem: libtorch
+	@MAKE="$(MAKE)" build/ecosystem/check.sh
 
 bench: libtorch
 	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...

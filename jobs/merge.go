@@ -13,7 +13,7 @@ import (
 	"github.com/mempo/mempo/internal/renameio"
 )
 
-// merge builds Out from the Merge parts under Out/parts/. Each part must be committed
+// merge builds Out from the Merge parts under Out/_parts/. Each part must be committed
 // with this spec's part key, and every shard is re-hashed against its part's manifest.
 // Shards keep the plan order and are renumbered from 0, so when every part ran the
 // same stage code, the merged manifest lists exactly what an unsharded run lists and
@@ -96,7 +96,7 @@ func (r *runner) gatherParts(ctx context.Context, dir string) ([]mergeSource, []
 	var parts []*format.Manifest
 	for i := range r.spec.Merge {
 		p := Part{Index: i, Count: r.spec.Merge}
-		pdir := filepath.Join(dir, "parts", p.dir())
+		pdir := filepath.Join(dir, PartsDir, p.dir())
 		m, err := format.ReadManifest(pdir)
 		if err != nil {
 			return nil, nil, fmt.Errorf("stage %s: merge %s: part %s: %w; run the stage with --shard %s first: %w",
@@ -145,7 +145,7 @@ func mergeMetrics(m *format.Manifest, parts []*format.Manifest, mergeS float64) 
 	m.Timings = format.Timings{TotalS: sum["timing_s"], TokensPS: sum["tokens_per_s"], PeakRSSMB: sum["peak_rss_mb"]}
 }
 
-// writePartMetrics writes metrics.jsonl for a merge: one line per part, then the totals.
+// writePartMetrics writes MetricsName for a merge: one line per part, then the totals.
 func (r *runner) writePartMetrics(dir string, m *format.Manifest, parts []*format.Manifest) error {
 	var b []byte
 	for i, p := range parts {

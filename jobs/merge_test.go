@@ -21,7 +21,7 @@ func runParts(t *testing.T, out string, n int, change func(i int, s *Spec)) {
 			change(i, &spec)
 		}
 		res := mustRun(t, spec, testWork(spec.Seed, counter{}))
-		if want := filepath.Join(out, "parts", Part{i, n}.dir()); res.Dir != want {
+		if want := filepath.Join(out, PartsDir, Part{i, n}.dir()); res.Dir != want {
 			t.Fatalf("part %d/%d wrote %s, want %s", i, n, res.Dir, want)
 		}
 	}
@@ -66,7 +66,7 @@ func TestMergeRefusesIncompleteParts(t *testing.T) {
 	}{
 		{"missing part", func(t *testing.T, out string) {
 			runParts(t, out, 3, nil)
-			os.Remove(filepath.Join(out, "parts", "1-of-3", format.ManifestName))
+			os.Remove(filepath.Join(out, PartsDir, "1-of-3", format.ManifestName))
 		}, "part 1/3"},
 		{"part from another seed", func(t *testing.T, out string) {
 			runParts(t, out, 3, func(i int, s *Spec) {
@@ -77,7 +77,7 @@ func TestMergeRefusesIncompleteParts(t *testing.T) {
 		}, "part 2/3"},
 		{"corrupt shard", func(t *testing.T, out string) {
 			runParts(t, out, 3, nil)
-			path := filepath.Join(out, "parts", "0-of-3", "part-00000.parquet")
+			path := filepath.Join(out, PartsDir, "0-of-3", "part-00000.parquet")
 			b, _ := os.ReadFile(path)
 			b[0] ^= 1
 			os.WriteFile(path, b, 0o644)

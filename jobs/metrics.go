@@ -14,9 +14,21 @@ import (
 	"github.com/mempo/mempo/format"
 )
 
-// MetricsName is the per-shard metrics file written beside the manifest. It is not a
-// shard and not in the digest: timings differ from run to run, content does not.
-const MetricsName = "metrics.jsonl"
+// MetricsName is the per-shard metrics file written beside the manifest (and the
+// per-step file of a checkpoint). It is not a shard and not in the digest: timings
+// differ from run to run, content does not. The leading "_" makes Arrow readers
+// (pyarrow.dataset, pandas.read_parquet, Spark) skip it, as they skip _manifest.json,
+// so a dataset directory opens as a Parquet dataset.
+const MetricsName = "_metrics.jsonl"
+
+// legacyMetricsName is MetricsName in runs written before the rename. Directories of
+// those runs still hold it, and it is still a record of the run, not content.
+const legacyMetricsName = "metrics.jsonl"
+
+// isMetrics says whether name is the metrics file of a directory, under either name.
+func isMetrics(name string) bool {
+	return name == MetricsName || name == legacyMetricsName
+}
 
 // measure fills the manifest's timings and metrics. timing_s is this invocation's wall
 // time; shard_s sums the recorded compute time of every shard, including shards done by
@@ -45,7 +57,7 @@ func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
 	}
 }
 
-// writeMetrics writes metrics.jsonl into dir: one line per shard, then one line with
+// writeMetrics writes MetricsName into dir: one line per shard, then one line with
 // the stage totals.
 func (r *runner) writeMetrics(dir string, recs []record, m *format.Manifest) error {
 	var b bytes.Buffer

@@ -34,7 +34,7 @@ func (p Part) String() string {
 	return fmt.Sprintf("%d/%d", p.Index, p.Count)
 }
 
-// dir is the part's directory name under <out>/parts/.
+// dir is the part's directory name under <out>/_parts/.
 func (p Part) dir() string { return fmt.Sprintf("%d-of-%d", p.Index, p.Count) }
 
 // Range is the half-open range of plan shards p covers out of shards. Parts are

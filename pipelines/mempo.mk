@@ -146,7 +146,7 @@ rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.
 # the weights are compared instead).
 .PHONY: digests
 digests:
-	@for m in $$(find $(RUN_DIR) -name _manifest.json -not -path '*/parts/*' | sort); do \
+	@for m in $$(find $(RUN_DIR) -name _manifest.json -not -path '*/_parts/*' | sort); do \
 	  d=$$(dirname $$m); echo "$$d $$($(BIN)/mempo inspect --head 0 $$d | awk '$$1 == "digest" {print $$2}')"; \
 	done
 	@find $(RUN_DIR) -name '*.safetensors' | sort | xargs sha256sum | awk '{print $$2, $$1}'

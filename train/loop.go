@@ -20,7 +20,7 @@ import (
 // maxShardBytes shards a checkpoint's weights as HF does by default (5 GB).
 const maxShardBytes = 5 << 30
 
-// Metric is one line of metrics.jsonl: the figures of one optimizer step. Size gives
+// Metric is one line of _metrics.jsonl: the figures of one optimizer step. Size gives
 // the step's sequences and response tokens for the progress display.
 type Metric interface {
 	Size() (seqs, tokens int)
@@ -343,18 +343,15 @@ func (r *run[M]) commit(conf []byte) (*jobs.TrainerState, error) {
 	return st, nil
 }
 
-// write writes the checkpoint's files into dir: the weights, From's tokenizer, the
-// optimizer state, metrics.jsonl, the stage's own files and trainer_state.json; the
+// write writes the checkpoint's files into dir: the weights, From's tokenizer set, the
+// optimizer state, _metrics.jsonl, the stage's own files and trainer_state.json; the
 // commit record follows in Publish.
 func (r *run[M]) write(dir string, st *jobs.TrainerState) error {
 	if err := r.m.Save(dir, maxShardBytes); err != nil {
 		return err
 	}
-	tok := filepath.Join(r.From, jobs.TokenizerFile)
-	if _, err := os.Stat(tok); err == nil {
-		if err := jobs.CopyFile(filepath.Join(dir, jobs.TokenizerFile), tok); err != nil {
-			return err
-		}
+	if err := copyTokenizer(dir, r.From, r.m.Config); err != nil {
+		return err
 	}
 	if err := SaveOptimizer(filepath.Join(dir, OptimizerFile), r.adam); err != nil {
 		return err

@@ -52,12 +52,12 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.PPOEpochs, cli.IntFlag{Name: "ppo-epochs", Category: "Batching", Usage: "passes over the samples, each reshuffled with --seed"}),
 		app.Int(&cfg.MiniBatches, cli.IntFlag{Name: "mini-batches", Category: "Batching", Usage: "mini-batches per epoch; one optimizer step each"}),
 		app.Int(&cfg.MicroTokenBudget, cli.IntFlag{Name: "micro-token-budget", Category: "Batching", Usage: "rows × padded tokens of one forward/backward pass; gradients accumulate over a mini-batch's passes exactly (0: one pass per mini-batch)"}),
-		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}),
+		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}).Check(app.AtLeast(&cmd.snapshotEvery, 0)),
 	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType))
 }
 
 // outFlag is the stage's --out, a checkpoint rather than a dataset.
-var outFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, metrics.jsonl; it is a checkpoint only once checkpoint.json exists"}
+var outFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, _metrics.jsonl; it is a checkpoint only once checkpoint.json exists"}
 
 func (cmd *command) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)

@@ -54,12 +54,12 @@ func (s *sftCmd) flags() *app.Flags {
 		app.Float64(&cfg.ContextLossWeight, cli.Float64Flag{Name: "context-loss-weight", Category: "Training", Usage: "weight of the context tokens' NLL (prompt, earlier turns, observations) next to the response's 1; 0 trains on responses only. A tiny model trained from scratch learns the corpus and copying from it faster with a small weight"}),
 		// Config.Validate checks the schedule's name.
 		app.Enum(&cfg.Schedule, cli.StringFlag{Name: "schedule", Category: "Optimizer", Usage: "LR after warm-up: constant, or linear (decay to 0 at the last step)"}, nil),
-		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}),
+		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}).Check(app.AtLeast(&s.snapshotEvery, 0)),
 	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType))
 }
 
 // sftOutFlag is sft's --out, a checkpoint rather than a dataset.
-var sftOutFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, metrics.jsonl and oracle.jsonl"}
+var sftOutFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, _metrics.jsonl and oracle.jsonl"}
 
 func (s *sftCmd) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)

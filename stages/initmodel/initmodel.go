@@ -2,8 +2,10 @@
 // BPE tokenizer on a task corpus plus the agent protocol's own texts, and writes a
 // randomly initialised Qwen2 preset sized to that tokenizer as an HF checkpoint
 // directory (DESIGN.md §8): config.json, generation_config.json, model.safetensors,
-// tokenizer.json, and checkpoint.json, the commit record every mempo checkpoint has
-// (jobs.Commit), so later stages key it by that record.
+// tokenizer.json with tokenizer_config.json and special_tokens_map.json (the set
+// transformers' AutoTokenizer needs for eos and the chat template), and checkpoint.json,
+// the commit record every mempo checkpoint has (jobs.Commit), so later stages key it by
+// that record.
 //
 // The output is a function of the config, the corpus bytes and the protocol: the same
 // inputs give the same bytes, and a rerun finds checkpoint.json with the same key and
@@ -226,9 +228,6 @@ func build(ctx context.Context, cfg Config, in Inputs, p *protocol.Protocol, dir
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := tok.Save(filepath.Join(dir, jobs.TokenizerFile)); err != nil {
-		return err
-	}
 	res.TokenizerVocab = tok.VocabSize()
 	res.ModelVocab = (tok.VocabSize() + vocabMultiple - 1) / vocabMultiple * vocabMultiple
 	mc, err := qwen2.Preset(cfg.Preset, res.ModelVocab)
@@ -242,6 +241,11 @@ func build(ctx context.Context, cfg Config, in Inputs, p *protocol.Protocol, dir
 	}
 	e, b := int(eos), int(bos)
 	mc.EOSTokenID, mc.BOSTokenID = &e, &b
+	// The tokenizer set names the same eos and bos as config.json, so transformers'
+	// eos_token_id agrees with the model's, and its chat template is the protocol's glue.
+	if err := tok.SaveHF(dir, bpe.DefaultHFConfig(mc.MaxPositions)); err != nil {
+		return err
+	}
 	res.Params = mc.NumParams()
 	m, err := qwen2.New(mc, qwen2.Options{Device: "cpu"})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,7 +96,8 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 			}
 		}
 	})
-	want := []string{jobs.CommitFile, "config.json", "generation_config.json", safetensors.SingleFile, jobs.TokenizerFile}
+	want := []string{jobs.CommitFile, "config.json", "generation_config.json", safetensors.SingleFile,
+		bpe.SpecialTokensFile, jobs.TokenizerFile, bpe.ConfigFile}
 	if !slices.Equal(names, want) {
 		t.Fatalf("checkpoint files = %q, want %q", names, want)
 	}
@@ -139,6 +141,29 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 	imEnd, _ := tok.Special(bpe.ImEnd)
 	if gen.EOS == nil || *gen.EOS != int(imEnd) {
 		t.Errorf("generation_config.json eos_token_id = %v, want %d (%s)", gen.EOS, imEnd, bpe.ImEnd)
+	}
+	// tokenizer_config.json names config.json's eos and bos, so transformers agrees with
+	// the model on them.
+	var tc struct {
+		EOS string `json:"eos_token"`
+		BOS string `json:"bos_token"`
+		Pad string `json:"pad_token"`
+		Max int    `json:"model_max_length"`
+	}
+	if err := json.Unmarshal(runs[0][bpe.ConfigFile], &tc); err != nil {
+		t.Fatalf("parse %s: %v", bpe.ConfigFile, err)
+	}
+	for _, c := range []struct {
+		field, token string
+		want         *int
+	}{{"eos_token", tc.EOS, cfg.EOSTokenID}, {"bos_token", tc.BOS, cfg.BOSTokenID}, {"pad_token", tc.Pad, cfg.BOSTokenID}} {
+		id, ok := tok.Special(c.token)
+		if !ok || c.want == nil || int(id) != *c.want {
+			t.Errorf("%s %s = %q (id %d, special %v), want config.json's id %v", bpe.ConfigFile, c.field, c.token, id, ok, c.want)
+		}
+	}
+	if tc.Max != cfg.MaxPositions {
+		t.Errorf("%s model_max_length = %d, want max_position_embeddings %d", bpe.ConfigFile, tc.Max, cfg.MaxPositions)
 	}
 	for _, tag := range bpe.DefaultSpecial() {
 		if ids := tok.Encode(tag); len(ids) != 1 {
@@ -302,5 +327,26 @@ func TestRunLearnsQuestions(t *testing.T) {
 	}
 	if a.Key == b.Key || len(b.Commit.Inputs) != 2 || !strings.HasPrefix(b.Commit.Inputs[1].Digest, "dataset:") {
 		t.Errorf("--prompts is not keyed: keys %s and %s, inputs %+v", a.Key.Short(), b.Key.Short(), b.Commit.Inputs)
+	}
+}
+
+// TestChatTemplateIsProtocolGlue: the checkpoints' chat template is ChatML (bpe.ChatTemplate
+// renders what bpe.ChatML renders), and ChatML of the system and user messages with the
+// generation prompt is exactly the prompt the rollout encodes, for the default protocol
+// and the demo's.
+func TestChatTemplateIsProtocolGlue(t *testing.T) {
+	demo, err := protocol.Load(filepath.Join("..", "..", "pipelines", "demo-protocol.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*protocol.Protocol{protocol.Default(), demo} {
+		t.Run(p.Name, func(t *testing.T) {
+			question, k := "who founded Acme; where is it", 2
+			user := strings.NewReplacer("{question}", question, "{k}", strconv.Itoa(k)).Replace(p.User)
+			got := bpe.ChatML([]bpe.Message{{Role: "system", Content: p.System}, {Role: "user", Content: user}}, true)
+			if want := p.Prompt(question, k); got != want {
+				t.Errorf("ChatML(system, user, generate) = %q, want the protocol's prompt %q", got, want)
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ var (
 	}
 	ShardFlag = &cli.StringFlag{
 		Name: "shard", Category: "Scale-out",
-		Usage: "compute only part `i/N` of the shard plan, into DIR/parts/i-of-N; " +
+		Usage: "compute only part `i/N` of the shard plan, into DIR/_parts/i-of-N; " +
 			"without it, JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID give i and --shard-count gives N",
 	}
 	ShardCountFlag = &cli.IntFlag{

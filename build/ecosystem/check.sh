@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Opens a real run's datasets and checkpoints with the tools the README names:
+# pyarrow.dataset, pandas.read_parquet, DuckDB and transformers' AutoTokenizer
+# (check.py says what each must give).
+#
+#   build/ecosystem/check.sh            # a fresh tiny run in runs/ecosystem, then the check
+#   build/ecosystem/check.sh RUN_DIR    # check an existing run, e.g. runs/demo
+#
+# The tiny run is pipelines/mempo.mk's first MemPO iteration at the end-to-end test's
+# sizes (task, index, init, SFT, rollouts, scores, log-probs, advantages, update: about
+# 20 s on 2 cores), with bin/ from `make build` (BIN=DIR: binaries built elsewhere). The Python is the cached environment of
+# build/bench_compare/venv.sh when it imports pyarrow and pandas, else python3 when it
+# does; without one the script says so in one line and exits 0. Nothing is installed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+# shellcheck source=../bench_compare/venv.sh
+. "$root/build/bench_compare/venv.sh"
+
+py=
+for p in "$venv/bin/python" "${PYTHON:-python3}"; do
+  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import pyarrow, pandas' 2>/dev/null; then
+    py=$p
+    break
+  fi
+done
+if [[ -z $py ]]; then
+  echo "ecosystem: skipped: no Python with pyarrow and pandas (make bench-compare installs $venv)"
+  exit 0
+fi
+
+run=${1:-}
+if [[ -z $run ]]; then
+  run=$root/runs/ecosystem
+  make=${MAKE:-make}
+  if [[ -z ${BIN:-} ]]; then
+    "$make" --no-print-directory -C "$root" build
+  fi
+  rm -rf "$run" # the check is of what today's binaries write
+  mkdir -p "$run"
+  if ! "$make" --no-print-directory -C "$root" -j2 -f pipelines/mempo.mk BIN="${BIN:-bin}" RUN_DIR="$run" \
+    ITERS=1 VARIANTS=mempo PROMPTS_PER_ITER=2 \
+    TASK_FLAGS="--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --test-k 2,4" \
+    INIT_FLAGS="--vocab 600" SFT_FLAGS="--questions 4 --epochs 1 --max-turns 3 --threads 1" \
+    ROLLOUT_FLAGS="--n 2 --max-turns 3 --max-new-tokens 16 --threads 1" LOGPROB_FLAGS="--threads 1" \
+    UPDATE_FLAGS="--lr 1e-4 --mini-batches 1 --threads 1" STAGE_FLAGS="--progress none --log-level warn" \
+    train >"$run/make.log" 2>&1; then
+    tail -n 20 "$run/make.log" >&2
+    echo "ecosystem: the tiny run failed; log in $run/make.log" >&2
+    exit 1
+  fi
+fi
+echo "ecosystem: checking $run with $py"
+"$py" "$here/check.py" "$run"

@@ -1,0 +1,75 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+)
+
+// copyTokenizer gives the checkpoint in dir the tokenizer set of from: tokenizer.json
+// and its companions tokenizer_config.json and special_tokens_map.json. A from without
+// tokenizer.json gives nothing. A from without the companions (checkpoints written
+// before they existed, or a tokenizer.json brought alone) gets them generated from its
+// tokenizer and mc: eos and bos as config.json names them, pad <|endoftext|> when the
+// tokenizer has it, and the ChatML template the agent protocol renders prompts with.
+func copyTokenizer(dir, from string, mc qwen2.Config) error {
+	src := filepath.Join(from, jobs.TokenizerFile)
+	if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := jobs.CopyFile(filepath.Join(dir, jobs.TokenizerFile), src); err != nil {
+		return err
+	}
+	complete := true
+	for _, name := range bpe.CompanionFiles {
+		if _, err := os.Stat(filepath.Join(from, name)); err != nil {
+			complete = false
+		}
+	}
+	if complete {
+		for _, name := range bpe.CompanionFiles {
+			if err := jobs.CopyFile(filepath.Join(dir, name), filepath.Join(from, name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tok, err := bpe.Load(src)
+	if err != nil {
+		return err
+	}
+	cfg, err := hfConfig(tok, mc)
+	if err != nil {
+		return fmt.Errorf("tokenizer of %s: %w", from, err)
+	}
+	return tok.SaveHFConfig(dir, cfg)
+}
+
+// hfConfig is the tokenizer_config.json of tok for a model with config mc.
+func hfConfig(tok *bpe.Tokenizer, mc qwen2.Config) (bpe.HFConfig, error) {
+	cfg := bpe.HFConfig{ModelMaxLength: mc.MaxPositions, ChatTemplate: bpe.ChatTemplate}
+	for _, c := range []struct {
+		field string
+		id    *int
+		dst   *string
+	}{{"eos_token_id", mc.EOSTokenID, &cfg.EOS}, {"bos_token_id", mc.BOSTokenID, &cfg.BOS}} {
+		if c.id == nil {
+			continue
+		}
+		s, ok := tok.TokenString(int32(*c.id))
+		if _, special := tok.Special(s); !ok || !special {
+			return cfg, fmt.Errorf("config.json %s %d: not a special token of tokenizer.json: %w", c.field, *c.id, bpe.ErrConfig)
+		}
+		*c.dst = s
+	}
+	if _, ok := tok.Special(bpe.EndOfText); ok {
+		cfg.Pad = bpe.EndOfText
+	}
+	return cfg, nil
+}
