@@ -14,19 +14,24 @@ import (
 )
 
 // Artifact is a checkpoint being built: Tmp, a directory beside Out named by the cache
-// key, under Out's lock — the same lock file, and the same takeover of a dead writer's
-// lock, as a dataset's. A run that is killed leaves Tmp with its snapshots, and a rerun
-// of the same key continues there; Publish makes Tmp the checkpoint at Out.
+// key, under Out's lock — the same lock file, the same takeover of a dead writer's lock
+// and the same removal of what dead writers left (sweep) as a dataset's. A run that is
+// killed or fails leaves Tmp with its snapshots, and a rerun of the same key continues
+// there; Publish makes Tmp the checkpoint at Out.
 type Artifact struct {
 	Out, Tmp string
 	Key      Key
 	log      *slog.Logger
+	trace    func(step Step, n int)
 	release  func()
 }
 
 // Begin returns the commit record of spec.Out when it already is the checkpoint of key
 // (a cache hit, unless spec.Force), else the artifact to build, holding Out's lock;
-// Release it. Of spec's runtime fields it uses Out, Force, Log, Host and Now.
+// Release it. Either way, what writers that are no longer alive left beside Out (their
+// lock, temp dirs of other keys, a previous checkpoint moved aside) is removed and
+// reported in one log line; a hit takes the lock for that only when there is something
+// to remove. Of spec's runtime fields it uses Out, Force, Log, Host, Now and Trace.
 func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 	spec = spec.WithDefaults()
 	out, log := spec.Out, spec.Log
@@ -34,20 +39,24 @@ func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 		return nil, nil, fmt.Errorf("no output checkpoint directory (--out): %w", ErrSpec)
 	}
 	if c := cachedCheckpoint(out, key, log); c != nil && !spec.Force {
+		tidy(spec, log, out, nil, nil)
 		return nil, c, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("checkpoint %s: %w", out, err)
 	}
-	release, err := spec.lock(out, log)
+	release, stale, err := spec.takeLock(out, log)
 	if err != nil {
 		return nil, nil, err
 	}
+	a := &Artifact{Out: out, Tmp: out + ".tmp-" + key.Short(), Key: key, log: log, trace: spec.Trace, release: release}
+	// Holding the lock, no other writer of out is alive: what earlier ones left is
+	// removed, except this key's temp dir, which holds the snapshots this run resumes.
+	sweep(log, out, stale, a.Tmp)
 	if c := cachedCheckpoint(out, key, log); c != nil && !spec.Force {
 		release()
 		return nil, c, nil // committed by another writer while we waited
 	}
-	a := &Artifact{Out: out, Tmp: out + ".tmp-" + key.Short(), Key: key, log: log, release: release}
 	if err := os.MkdirAll(a.Tmp, 0o755); err != nil {
 		release()
 		return nil, nil, fmt.Errorf("checkpoint %s: %w", out, err)
@@ -85,9 +94,13 @@ func (a *Artifact) Release() {
 
 // Publish commits Tmp as the checkpoint at Out: the snapshots are removed, every file
 // is fsynced and hashed into c.Files, checkpoint.json is written last (and synced with
-// its directory) with the key and this code's version, and the tree is renamed over Out (an old Out is moved aside
-// first and removed after). It returns the record written. Steps after the rename are
-// logged, not returned.
+// its directory) with the key and this code's version, and the tree is renamed over
+// Out (renameio.PublishDir: an old Out is moved aside first and removed after). It
+// returns the record written. Steps after the rename are logged, not returned; what a
+// kill leaves between them (the lock, the old Out moved aside) the next Begin of Out
+// removes. Spec.Trace sees StepManifest once checkpoint.json is durable in Tmp, then
+// StepAside and StepRenamed; StepPublished, after Publish returns, is the caller's to
+// report (train.Loop does), as the lock is held until Release.
 func (a *Artifact) Publish(c Commit) (*Commit, error) {
 	if err := os.RemoveAll(filepath.Join(a.Tmp, resumeDir)); err != nil {
 		return nil, fmt.Errorf("commit %s: %w", a.Out, err)
@@ -101,15 +114,23 @@ func (a *Artifact) Publish(c Commit) (*Commit, error) {
 	if err := WriteJSON(filepath.Join(a.Tmp, CommitFile), c); err != nil {
 		return nil, fmt.Errorf("commit %s: %w", a.Out, err)
 	}
-	if err := renameio.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log); err != nil {
+	a.step(StepManifest)
+	trace := func(s renameio.PublishStep) { a.step(Step(s)) }
+	if err := renameio.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log, trace); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return &c, nil
 }
 
+func (a *Artifact) step(s Step) {
+	if a.trace != nil {
+		a.trace(s, -1)
+	}
+}
+
 // digestTree fsyncs and hashes every file under dir, sorted by path. The commit record
-// itself, dot files (temp files of a writer) and metrics.jsonl are left out:
-// metrics.jsonl holds timings, which differ between identical runs, so it is a record
+// itself, dot files (temp files of a writer) and MetricsName (or its legacy name) are
+// left out: it holds timings, which differ between identical runs, so it is a record
 // of the run, not content.
 func digestTree(dir string) ([]FileDigest, error) {
 	var files []FileDigest
@@ -118,7 +139,7 @@ func digestTree(dir string) ([]FileDigest, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
-		if rel == CommitFile || rel == MetricsName || strings.HasPrefix(d.Name(), ".") {
+		if rel == CommitFile || isMetrics(rel) || strings.HasPrefix(d.Name(), ".") {
 			return nil
 		}
 		if err := renameio.Sync(path); err != nil {

@@ -193,9 +193,12 @@ func (r *runner) writeManifest(dir string, m *format.Manifest) error {
 
 // publish renames the finished temp dir over target (renameio.PublishDir: a kill between
 // its two renames leaves the complete temp dir, which the rerun publishes without
-// recomputing), then drops the completion records resume no longer needs.
+// recomputing), then drops the completion records resume no longer needs. What a kill
+// in between leaves (the lock, the previous output moved aside, the records) the next
+// run of target removes (sweep, tidy).
 func (r *runner) publish(tmp, target string, key Key) error {
-	if err := renameio.PublishDir(tmp, target, target+".old-"+key.Short(), r.log); err != nil {
+	trace := func(s renameio.PublishStep) { r.trace(Step(s), -1) }
+	if err := renameio.PublishDir(tmp, target, target+".old-"+key.Short(), r.log, trace); err != nil {
 		return err
 	}
 	r.trace(StepPublished, -1)

@@ -18,44 +18,55 @@ type lockInfo struct {
 	Time time.Time `json:"time"`
 }
 
-// lock takes path as self's lock and returns the function that releases it. The file is
+// lock takes path as self's lock (acquire) and returns the function that releases it;
+// a dead writer's lock it takes over is logged as a warning.
+func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), err error) {
+	release, stale, err := acquire(path, self, alive, log)
+	if stale != nil {
+		log.Warn("took over stale lock", "lock", path, "dead_pid", stale.PID, "since", stale.Time)
+	}
+	return release, err
+}
+
+// acquire takes path as self's lock and returns the function that releases it, and the
+// lock of a dead writer it took over, if any, for the caller to report. The file is
 // written completely under a temp name and hard-linked into place, so a lock file is
 // never seen half-written and two takers cannot both succeed. A lock left by a dead
-// process on this host is taken over with a warning; a live one, or one from another
-// host whose liveness cannot be checked, fails with ErrLocked.
-func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), err error) {
+// process on this host is taken over; a live one, or one from another host whose
+// liveness cannot be checked, fails with ErrLocked.
+func acquire(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), stale *lockInfo, err error) {
 	data, err := json.Marshal(self)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	data = append(data, '\n')
 	for attempt := 0; ; attempt++ {
 		err := linkLock(path, data)
 		if err == nil {
-			return func() { unlock(path, data, log) }, nil
+			return func() { unlock(path, data, log) }, stale, nil
 		}
 		if !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("lock %s: %w", path, err)
+			return nil, nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		held, raw, err := readLock(path)
 		if errors.Is(err, os.ErrNotExist) && attempt < 3 {
 			continue // released between our link and our read
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lock %s: %w; if no stage is writing this output, remove the lock file: %w", path, err, ErrLocked)
+			return nil, nil, fmt.Errorf("lock %s: %w; if no stage is writing this output, remove the lock file: %w", path, err, ErrLocked)
 		}
 		if held.Host != self.Host {
-			return nil, fmt.Errorf("lock %s: held by pid %d on host %s since %s; if that process is gone, remove the lock file: %w",
+			return nil, nil, fmt.Errorf("lock %s: held by pid %d on host %s since %s; if that process is gone, remove the lock file: %w",
 				path, held.PID, held.Host, held.Time.Format(time.RFC3339), ErrLocked)
 		}
 		if alive(held.PID) || attempt >= 3 {
-			return nil, fmt.Errorf("lock %s: held by running pid %d since %s: %w",
+			return nil, nil, fmt.Errorf("lock %s: held by running pid %d since %s: %w",
 				path, held.PID, held.Time.Format(time.RFC3339), ErrLocked)
 		}
 		if err := takeOver(path, raw); err != nil {
-			return nil, fmt.Errorf("lock %s: take over stale lock of pid %d: %w", path, held.PID, err)
+			return nil, nil, fmt.Errorf("lock %s: take over stale lock of pid %d: %w", path, held.PID, err)
 		}
-		log.Warn("took over stale lock", "lock", path, "dead_pid", held.PID, "since", held.Time)
+		stale = &held
 	}
 }
 

@@ -2,10 +2,13 @@
 // stage's output by everything it depends on, returns a cache hit without work, runs
 // the stage's shard plan under a lock in a temp dir named by the key, records each
 // finished shard so a killed run resumes, and commits by rename with the manifest as
-// the commit record. Checkpoints are committed the same way (Begin, Artifact.Publish,
-// snapshots for resume), with checkpoint.json as their commit record, under the same
-// lock and keyed by the same KeySpec. It deals in files, digests and records; stages
-// write their shard and weight files with whatever writer they use.
+// the commit record. The next run of an output, a cache hit included, removes what
+// writers that are no longer alive left beside it: their lock, temp dirs of other
+// keys, a previous output moved aside (leftover.go). Checkpoints are committed the same
+// way (Begin, Artifact.Publish, snapshots for resume), with checkpoint.json as their
+// commit record, under the same lock and keyed by the same KeySpec. It deals in files,
+// digests and records; stages write their shard and weight files with whatever writer
+// they use.
 package jobs
 
 import (
@@ -62,7 +65,7 @@ type Spec struct {
 	Out    string // dataset directory
 	Force  bool   // recompute even on a cache hit
 	Verify bool   // on a cache hit, recompute into a temp dir and fail if the digest differs
-	Part   Part   // compute only this slice, into <Out>/parts/i-of-N/
+	Part   Part   // compute only this slice, into <Out>/_parts/i-of-N/
 	Merge  int    // instead of computing, build Out from its Merge parts (Verify does not apply)
 
 	Log           *slog.Logger // structured log; nil discards
@@ -115,21 +118,33 @@ func (s Spec) WithDefaults() Spec {
 }
 
 // lock takes the lock of the output dir for this process (lock.go), as every writer of
-// a committed directory does.
+// a committed directory does; a dead writer's lock is taken over with a warning.
 func (s Spec) lock(dir string, log *slog.Logger) (release func(), err error) {
-	return lock(dir+".lock", lockInfo{PID: os.Getpid(), Host: s.Host, Time: s.Now().UTC()}, s.alive, log)
+	return lock(dir+".lock", s.lockInfo(), s.alive, log)
+}
+
+// takeLock is lock that returns the dead writer's lock it took over instead of
+// logging it, for a caller that reports it with the rest of that writer's leftovers.
+func (s Spec) takeLock(dir string, log *slog.Logger) (release func(), stale *lockInfo, err error) {
+	return acquire(dir+".lock", s.lockInfo(), s.alive, log)
+}
+
+func (s Spec) lockInfo() lockInfo {
+	return lockInfo{PID: os.Getpid(), Host: s.Host, Time: s.Now().UTC()}
 }
 
 // Step names a point in a run, reported to Spec.Trace.
 type Step string
 
 const (
-	StepRows      Step = "rows"      // the stage reported rows inside a shard (Work.Add)
-	StepWritten   Step = "written"   // the stage's function returned; file not yet recorded
-	StepRecorded  Step = "recorded"  // the shard's completion record is durable
-	StepCommit    Step = "commit"    // every shard verified; writing metrics and manifest
-	StepManifest  Step = "manifest"  // manifest durable in the temp dir; rename next
-	StepPublished Step = "published" // the temp dir was renamed over the output
+	StepRows      Step = "rows"                     // the stage reported rows inside a shard (Work.Add)
+	StepWritten   Step = "written"                  // the stage's function returned; file not yet recorded
+	StepRecorded  Step = "recorded"                 // the shard's completion record is durable
+	StepCommit    Step = "commit"                   // every shard verified; writing metrics and manifest
+	StepManifest  Step = "manifest"                 // manifest durable in the temp dir; rename next
+	StepAside     Step = Step(renameio.StepAside)   // the previous output moved aside; temp dir not yet renamed
+	StepRenamed   Step = Step(renameio.StepRenamed) // the temp dir renamed; the previous output not yet removed
+	StepPublished Step = "published"                // the temp dir was renamed over the output
 )
 
 // Result says what Run did.
@@ -225,12 +240,17 @@ func (r *runner) trace(step Step, shard int) {
 	}
 }
 
+// PartsDir is the folder under Out that holds the parts of a sharded run. Its leading
+// "_" makes Arrow readers (pyarrow.dataset, pandas, DuckDB globs) skip it, so a
+// merged dataset read as a directory does not count the parts' rows twice.
+const PartsDir = "_parts"
+
 // target is the directory this run publishes: Out, or the part's directory under it.
 func (r *runner) target() string {
 	if r.spec.Part.Whole() {
 		return r.spec.Out
 	}
-	return filepath.Join(r.spec.Out, "parts", r.spec.Part.dir())
+	return filepath.Join(r.spec.Out, PartsDir, r.spec.Part.dir())
 }
 
 func (r *runner) run(ctx context.Context, fn WorkFunc) (*Result, error) {
@@ -238,16 +258,20 @@ func (r *runner) run(ctx context.Context, fn WorkFunc) (*Result, error) {
 	dir := r.target()
 	res := &Result{Dir: dir, Key: key}
 	if m := r.cached(dir, key); m != nil && !r.spec.Force && !r.spec.Verify {
+		r.tidy(dir, key)
 		return r.hit(res, m), nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("stage %s: %w", r.spec.Stage, err)
 	}
-	release, err := r.spec.lock(dir, r.log)
+	release, stale, err := r.spec.takeLock(dir, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: %w", r.spec.Stage, err)
 	}
 	defer release()
+	// Holding the lock, no other writer of dir is alive: what earlier ones left is
+	// removed, except this key's temp dir, which holds the shards this run resumes.
+	r.sweep(dir, stale, dir+".tmp-"+key.Short())
 	// Another writer may have committed while we waited for the lock.
 	if m := r.cached(dir, key); m != nil && !r.spec.Force {
 		if r.spec.Verify {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -123,7 +124,9 @@ func TestRunCommitsDataset(t *testing.T) {
 			t.Errorf("%s: sha256 %s bytes %d err %v, manifest %s %d", o.File, sum, n, err, o.SHA256, o.Bytes)
 		}
 	}
-	want := []string{"_manifest.json", "metrics.jsonl", "part-00000.parquet", "part-00001.parquet",
+	// Every file besides the shards starts with "_", so Arrow readers (pyarrow.dataset,
+	// pandas.read_parquet) open the directory as a Parquet dataset.
+	want := []string{"_manifest.json", "_metrics.jsonl", "part-00000.parquet", "part-00001.parquet",
 		"part-00002.parquet", "part-00003.parquet", "part-00004.parquet"}
 	if diff := cmp.Diff(want, listDir(t, out)); diff != "" {
 		t.Errorf("output files (-want +got):\n%s", diff)
@@ -136,7 +139,7 @@ func TestRunCommitsDataset(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := strings.Count(string(b), "\n"); got != 6 {
-		t.Errorf("metrics.jsonl has %d lines, want 5 shards + 1 total", got)
+		t.Errorf("%s has %d lines, want 5 shards + 1 total", MetricsName, got)
 	}
 }
 
@@ -385,7 +388,7 @@ func TestRunTakesOverStaleLock(t *testing.T) {
 	spec.Log = slog.New(slog.NewTextHandler(&log, nil))
 	spec.alive = func(pid int) bool { return pid != 4242 }
 	mustRun(t, spec, testWork(7, counter{}))
-	if !strings.Contains(log.String(), "took over stale lock") || !strings.Contains(log.String(), "dead_pid=4242") {
+	if !strings.Contains(log.String(), "removed leftovers") || !strings.Contains(log.String(), "out.lock (pid 4242, dead)") {
 		t.Errorf("log lacks the takeover warning:\n%s", log.String())
 	}
 	if _, err := os.Stat(out + ".lock"); !errors.Is(err, os.ErrNotExist) {
@@ -428,4 +431,101 @@ func TestRunSummarize(t *testing.T) {
 	if _, err := format.ReadManifest(filepath.Join(dir, "clash")); err == nil {
 		t.Error("a failed summary published the output")
 	}
+}
+
+// TestRunBadInputThenGoodLeavesNoTemp: a run that fails on bad input keeps its temp dir
+// (its finished shards resume a rerun of the same key); the next run of the same output
+// with the input fixed, another key, removes it, reports it in one log line, and
+// leaves nothing beside the output.
+func TestRunBadInputThenGoodLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	errBad := errors.New("NaN reward")
+	bad := testSpec(out)
+	bad.Inputs = []format.Input{{Name: "prompts", Path: "in/prompts", Digest: "sha256:bad"}}
+	failing := func(ctx context.Context, w *Work) error {
+		if w.Shard == 2 {
+			return errBad
+		}
+		return testWork(7, counter{})(ctx, w)
+	}
+	if _, err := Run(context.Background(), bad, failing); !errors.Is(err, errBad) {
+		t.Fatalf("Run on bad input = %v, want %v", err, errBad)
+	}
+	if left := leftovers(out); len(left) != 1 || !strings.Contains(left[0], ".tmp-") {
+		t.Fatalf("after the failed run, leftovers = %v, want its temp dir", left)
+	}
+	var log bytes.Buffer
+	good := testSpec(out)
+	good.Log = slog.New(slog.NewTextHandler(&log, nil))
+	mustRun(t, good, testWork(7, counter{}))
+	if got := entries(t, dir); !slices.Equal(got, []string{"out"}) {
+		t.Errorf("beside the output after the good run: %v, want only out", got)
+	}
+	if n := strings.Count(log.String(), "removed leftovers"); n != 1 || !strings.Contains(log.String(), "out.tmp-") {
+		t.Errorf("good run's log has %d leftover lines, want one naming the temp dir:\n%s", n, log.String())
+	}
+}
+
+// TestCacheHitRemovesLeftovers: a cache hit, which otherwise writes nothing, removes a
+// dead writer's lock, a previous output moved aside and temp dirs of other keys; it
+// leaves everything of a live writer alone.
+func TestCacheHitRemovesLeftovers(t *testing.T) {
+	for _, live := range []bool{false, true} {
+		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			spec := testSpec(out)
+			mustRun(t, spec, testWork(7, counter{}))
+			host, _ := os.Hostname()
+			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			// out.old-backup is a user's dataset, not a leftover: no key in its name.
+			for _, d := range []string{out + ".old-0123456789ab", out + ".tmp-ba9876543210", filepath.Join(out, recordsDir), out + ".old-backup"} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := listDir(t, dir)
+			var log bytes.Buffer
+			spec.Host = host
+			spec.Log = slog.New(slog.NewTextHandler(&log, nil))
+			spec.alive = func(pid int) bool { return live }
+			if res := mustRun(t, spec, testWork(7, counter{})); !res.Hit {
+				t.Fatal("rerun is not a cache hit")
+			}
+			got := listDir(t, dir)
+			if live {
+				// The live writer's lock, temp dir, aside dir and records all stay.
+				if !slices.Equal(got, before) {
+					t.Errorf("with a live writer: %v after the hit, want %v untouched", got, before)
+				}
+				return
+			}
+			if got, want := entries(t, dir), []string{"out", "out.old-backup"}; !slices.Equal(got, want) {
+				t.Errorf("after the hit: %v beside the output, want %v", got, want)
+			}
+			if _, err := os.Stat(filepath.Join(out, recordsDir)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("completion records still inside the output: %v", err)
+			}
+			if n := strings.Count(log.String(), "removed leftovers"); n != 1 {
+				t.Errorf("log has %d leftover lines, want 1:\n%s", n, log.String())
+			}
+		})
+	}
+}
+
+// entries names what dir holds, not recursing.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/app/apptest"
 	"github.com/mempo/mempo/stages/rollout"
 )
@@ -23,5 +28,35 @@ func TestConfigReplay(t *testing.T) {
 	apptest.Replay(t, got.flags(), want, "--prompts", "p", "--policy", "c")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)
+	}
+}
+
+// TestFlagRefusals: a value no setting means is a usage error naming the flag, found
+// while the flags are resolved: exit 2 before any input is opened or directory created.
+func TestFlagRefusals(t *testing.T) {
+	tests := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--temperature", "Inf"}, "--temperature: +Inf: want a finite number"},
+		{[]string{"--temperature", "NaN"}, "--temperature: NaN: want a finite number"},
+		{[]string{"--device", "tpu"}, `--device: "tpu": want cpu, cuda or cuda:N`},
+		{[]string{"--dtype", "int8"}, `--dtype: "int8": want float32, bfloat16 or float16`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := command{cfg: rollout.DefaultConfig()}
+			a := app.New("mempo-rollout", "", cmd.flags(), cmd.run)
+			var stderr strings.Builder
+			a.Writer, a.ErrWriter = io.Discard, &stderr
+			args := append([]string{"mempo-rollout", "--prompts", filepath.Join(dir, "p"), "--policy", filepath.Join(dir, "c"), "--out", filepath.Join(dir, "out")}, tt.args...)
+			if code := app.Main(a, args); code != app.ExitUsage || !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("mempo-rollout %q = exit %d, stderr %q; want %d mentioning %q", tt.args, code, stderr.String(), app.ExitUsage, tt.msg)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("mempo-rollout %q left %v, want nothing", tt.args, entries)
+			}
+		})
 	}
 }

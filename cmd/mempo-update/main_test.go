@@ -1,10 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/app/apptest"
 	"github.com/mempo/mempo/stages/update"
 	"github.com/mempo/mempo/train/ppo"
@@ -24,5 +29,34 @@ func TestConfigReplay(t *testing.T) {
 	apptest.Replay(t, got.flags(), want, "--policy", "p", "--ref", "r", "--rollouts", "x", "--logprobs", "l", "--advantages", "a")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)
+	}
+}
+
+// TestSnapshotEvery: 0 is documented (snapshots at epoch ends only) and accepted; a
+// negative interval is a usage error naming the flag.
+func TestSnapshotEvery(t *testing.T) {
+	tests := []struct {
+		value string
+		code  int
+		msg   string
+	}{
+		{"0", app.ExitOK, ""},
+		{"3", app.ExitOK, ""},
+		{"-1", app.ExitUsage, "--snapshot-every: -1: want at least 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			cmd := command{cfg: update.DefaultConfig()}
+			a := app.New("mempo-update", "", cmd.flags(), func(*cli.Context) error { return nil })
+			var stderr strings.Builder
+			a.Writer, a.ErrWriter = io.Discard, &stderr
+			args := []string{"mempo-update", "--policy", "p", "--ref", "r", "--rollouts", "x", "--logprobs", "l", "--advantages", "a", "--snapshot-every", tt.value}
+			if code := app.Main(a, args); code != tt.code || !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("--snapshot-every %s = exit %d, stderr %q; want %d mentioning %q", tt.value, code, stderr.String(), tt.code, tt.msg)
+			}
+			if tt.code == app.ExitOK && fmt.Sprint(cmd.snapshotEvery) != tt.value {
+				t.Errorf("--snapshot-every %s stored %d", tt.value, cmd.snapshotEvery)
+			}
+		})
 	}
 }

@@ -45,9 +45,9 @@ func (g *genTaskCmd) flags() *app.Flags {
 		app.Float64(&cfg.TwoHopRate, cli.Float64Flag{Name: "two-hop-rate", Category: "World", Usage: "probability that an objective goes through a relation (\"the founder of X\") and needs two searches"}),
 		app.Bool(&cfg.NoYearQuestions, cli.BoolFlag{Name: "no-year-questions", Category: "Questions", Usage: "keep year facts in the documents but never ask for them (a tiny model copies names far better than digit-by-digit years)"}),
 		app.Int(&cfg.TrainK, cli.IntFlag{Name: "train-k", Category: "Questions", Usage: "objectives per training question (the paper trains on 2)"}),
-		app.Int(&cfg.Train, cli.IntFlag{Name: "train", Category: "Questions", Usage: "training questions, written to DIR/prompts-train"}),
+		app.Int(&cfg.Train, cli.IntFlag{Name: "train", Category: "Questions", Usage: "training questions, written to DIR/prompts-train"}).Check(app.AtLeast(&cfg.Train, 1)),
 		app.Text(&cfg.TestK, cli.StringFlag{Name: "test-k", Category: "Questions", Value: joinInts(cfg.TestK), Usage: "comma-separated objective counts of the test sets, each written to DIR/prompts-test-k<K>"}, parseInts),
-		app.Int(&cfg.Test, cli.IntFlag{Name: "test", Category: "Questions", Usage: "questions per test set"}),
+		app.Int(&cfg.Test, cli.IntFlag{Name: "test", Category: "Questions", Usage: "questions per test set"}).Check(app.AtLeast(&cfg.Test, 1)),
 	})
 }
 

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/agent/task"
@@ -71,5 +76,90 @@ func TestEvalConfigReplay(t *testing.T) {
 	got.cfg.Seed = c.Int64(app.SeedFlag.Name)
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)
+	}
+}
+
+// TestFlagRefusals: a value no setting means is refused while the flags are resolved —
+// exit 2 naming the flag, and nothing written. --snapshot-every 0 is documented (epoch
+// ends only) and stays accepted.
+func TestFlagRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"no training questions", []string{"gen-task", "--train", "0"}, "--train: 0: want at least 1"},
+		{"no test questions", []string{"gen-task", "--test", "0"}, "--test: 0: want at least 1"},
+		{"negative snapshot interval", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--snapshot-every", "-1"}, "--snapshot-every: -1: want at least 0"},
+		{"unknown device", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--device", "tpu"}, `--device: "tpu": want cpu, cuda or cuda:N`},
+		{"unknown dtype", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--dtype", "int8"}, `--dtype: "int8": want float32, bfloat16 or float16`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			a := &cli.App{Name: "mempo", Commands: []*cli.Command{genTaskCommand(), sftCommand()}}
+			app.Prepare(a)
+			var stderr strings.Builder
+			a.Writer, a.ErrWriter = io.Discard, &stderr
+			args := append(append([]string{"mempo"}, tt.args...), "--out", out)
+			if code := app.Main(a, args); code != app.ExitUsage || !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("mempo %q = exit %d, stderr %q; want %d mentioning %q", tt.args, code, stderr.String(), app.ExitUsage, tt.msg)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("mempo %q left %v in %s, want nothing", tt.args, entries, dir)
+			}
+		})
+	}
+}
+
+// serve-retriever documents every limit in --help and refuses a meaningless value
+// with exit 2 naming its flag, before it opens the index.
+func TestServeRetrieverFlags(t *testing.T) {
+	run := func(args ...string) (code int, stdout, stderr string) {
+		a := &cli.App{Name: "mempo", Commands: []*cli.Command{serveRetrieverCommand()}}
+		app.Prepare(a)
+		var out, errOut strings.Builder
+		a.Writer, a.ErrWriter = &out, &errOut
+		code = app.Main(a, append([]string{"mempo", "serve-retriever"}, args...))
+		return code, out.String(), errOut.String()
+	}
+	code, help, _ := run("--help")
+	if code != app.ExitOK {
+		t.Fatalf("serve-retriever --help: exit %d", code)
+	}
+	for _, want := range []string{
+		"--max-topk", "--max-queries", "--max-query-bytes", "--max-body-bytes", "--max-inflight",
+		"--read-header-timeout", "--read-timeout", "--write-timeout", "--idle-timeout",
+		"(default: 16777216)", "(default: 8192)", "(default: 64)", "413", "503",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve-retriever --help lacks %q:\n%s", want, help)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "no-index") // opening it would fail with exit 1
+	tests := []struct {
+		flag, value string
+	}{
+		{"max-topk", "0"},
+		{"max-queries", "0"},
+		{"max-query-bytes", "-1"},
+		{"max-body-bytes", "0"},
+		{"max-inflight", "0"},
+		{"read-header-timeout", "0"},
+		{"read-timeout", "-1"},
+		{"write-timeout", "0"},
+		{"idle-timeout", "0"},
+		{"topk", "101"},
+		{"workers", "-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.flag, func(t *testing.T) {
+			code, _, stderr := run("--index", missing, "--"+tt.flag, tt.value)
+			if code != app.ExitUsage || !strings.Contains(stderr, "--"+tt.flag) {
+				t.Errorf("serve-retriever --%s %s = exit %d, stderr %q; want %d naming --%s",
+					tt.flag, tt.value, code, stderr, app.ExitUsage, tt.flag)
+			}
+		})
 	}
 }

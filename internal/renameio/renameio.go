@@ -79,12 +79,31 @@ func Sync(path string) error {
 	return nil
 }
 
+// PublishStep names a point inside PublishDir, reported to the caller's trace.
+type PublishStep string
+
+const (
+	// StepAside: the previous target is at old and tmp not yet renamed; a kill here
+	// leaves no target, the complete tmp and the previous output at old.
+	StepAside PublishStep = "aside"
+	// StepRenamed: tmp is the target and old not yet removed; a kill here leaves the
+	// complete target and the previous output at old.
+	StepRenamed PublishStep = "renamed"
+)
+
 // PublishDir renames the complete directory tmp to target. A directory cannot be
 // renamed over a non-empty one, so an existing target is first moved to old (the
 // caller's name for it, beside target) and removed only after the new one is in place:
 // a kill between the two renames leaves the complete tmp, which a rerun publishes. Steps
 // after the rename are logged, not returned, because the output is committed by then.
-func PublishDir(tmp, target, old string, log *slog.Logger) error {
+// Each trace function, when given, is called at every PublishStep, so tests can kill
+// the process between the renames.
+func PublishDir(tmp, target, old string, log *slog.Logger, trace ...func(PublishStep)) error {
+	step := func(s PublishStep) {
+		for _, t := range trace {
+			t(s)
+		}
+	}
 	if err := os.RemoveAll(old); err != nil {
 		return fmt.Errorf("publish %s: %w", target, err)
 	}
@@ -92,10 +111,12 @@ func PublishDir(tmp, target, old string, log *slog.Logger) error {
 		if err := os.Rename(target, old); err != nil {
 			return fmt.Errorf("publish %s: move the previous one aside: %w", target, err)
 		}
+		step(StepAside)
 	}
 	if err := os.Rename(tmp, target); err != nil {
 		return fmt.Errorf("publish %s: %w", target, err)
 	}
+	step(StepRenamed)
 	if err := Sync(filepath.Dir(target)); err != nil {
 		log.Warn("published, but the parent directory was not synced", "dir", target, "err", err)
 	}

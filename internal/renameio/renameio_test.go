@@ -2,10 +2,12 @@ package renameio
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -78,5 +80,37 @@ func TestProcessAlive(t *testing.T) {
 	}
 	if ProcessAlive(0) || ProcessAlive(-1) {
 		t.Error("ProcessAlive of a non-positive pid = true")
+	}
+}
+
+func TestPublishDirSteps(t *testing.T) {
+	for _, replace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replace=%v", replace), func(t *testing.T) {
+			dir := t.TempDir()
+			tmp, target, old := filepath.Join(dir, "t.tmp"), filepath.Join(dir, "t"), filepath.Join(dir, "t.old")
+			os.Mkdir(tmp, 0o755)
+			if replace {
+				os.Mkdir(target, 0o755)
+			}
+			var got []PublishStep
+			trace := func(s PublishStep) {
+				_, errOld := os.Stat(old)
+				_, errTmp := os.Stat(tmp)
+				if s == StepAside && (errOld != nil || errTmp != nil) || s == StepRenamed && errTmp == nil {
+					t.Errorf("at step %s: old %v, tmp %v", s, errOld, errTmp)
+				}
+				got = append(got, s)
+			}
+			if err := PublishDir(tmp, target, old, slog.New(slog.DiscardHandler), trace); err != nil {
+				t.Fatal(err)
+			}
+			want := []PublishStep{StepRenamed}
+			if replace {
+				want = []PublishStep{StepAside, StepRenamed}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("PublishDir steps = %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -1,7 +1,8 @@
-// Package jobstest is a small tensor-free stage that exercises the stage runtime end
-// to end: it turns questions (from a JSONL file, or generated) into a prompts dataset
-// of real Parquet shards, one shard per contiguous group of rows. Tests kill it at
-// chosen points and check that reruns resume to the same digests.
+// Package jobstest holds small tensor-free stages that exercise the stage runtime end
+// to end: the probe turns questions (from a JSONL file, or generated) into a prompts
+// dataset of real Parquet shards, one shard per contiguous group of rows, and the probe
+// checkpoint (RunCheckpoint) trains a stand-in model through the checkpoint runtime.
+// Tests kill them at chosen points and check that reruns resume to the same digests.
 package jobstest
 
 import (
@@ -39,7 +40,10 @@ type Config struct {
 	// manifest.
 	Width int `json:"-"`
 	// Input is a JSONL file of {"question": "..."} objects; empty generates Rows questions.
-	Input string `json:"input,omitempty"`
+	// It is keyed by the digest of its bytes (Spec.Inputs), never by its path: a
+	// relative path or a moved copy of the same file is the same input. The manifest's
+	// inputs still record the path for people to read.
+	Input string `json:"-"`
 	// Batch is the rows per Writer.Write and progress report. It does not change
 	// the output bytes, so it stays out of the JSON, the cache key and the manifest.
 	Batch int `json:"-"`

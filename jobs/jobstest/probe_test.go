@@ -104,3 +104,44 @@ func readPrompts(t *testing.T, dir string) []format.Prompt {
 	}
 	return rows
 }
+
+// TestInputPathNotKeyed: the key depends on the input's bytes, not on how its path is
+// written. The same file named by an absolute path, then a relative one, then a moved
+// copy is one input: the second and third runs are cache hits.
+func TestInputPathNotKeyed(t *testing.T) {
+	dir := t.TempDir()
+	abs := filepath.Join(dir, "in", "q.jsonl")
+	os.MkdirAll(filepath.Dir(abs), 0o755)
+	data := []byte(`{"question":"a"}` + "\n" + `{"question":"b"}` + "\n")
+	if err := os.WriteFile(abs, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	run := func(input string) *jobs.Result {
+		t.Helper()
+		res, err := Run(context.Background(), Config{Shards: 1, Batch: 1, Input: input}, jobs.Spec{Out: out, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if first := run(abs); first.Hit {
+		t.Fatalf("first run is a cache hit")
+	}
+	t.Chdir(dir)
+	if res := run(filepath.Join("in", ".", "q.jsonl")); !res.Hit {
+		t.Errorf("relative path in/./q.jsonl: Hit = false, want a cache hit")
+	}
+	moved := filepath.Join(dir, "elsewhere", "copy.jsonl")
+	os.MkdirAll(filepath.Dir(moved), 0o755)
+	if err := os.Rename(abs, moved); err != nil {
+		t.Fatal(err)
+	}
+	res := run(moved)
+	if !res.Hit {
+		t.Errorf("moved copy %s: Hit = false, want a cache hit", moved)
+	}
+	if got := res.Manifest.Inputs; len(got) != 1 || got[0].Path != abs {
+		t.Errorf("manifest inputs = %v, want the path of the run that computed it, %s, for people to read", got, abs)
+	}
+}

@@ -115,6 +115,10 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 	}
 	scores := make([]Score, len(scoreRows))
 	for i, s := range scoreRows {
+		if r := float64(s.Reward); math.IsNaN(r) || math.IsInf(r, 0) {
+			return fmt.Errorf("%s: row %d (uid %s sample %d): column \"reward\" is %v, want a finite number: %w",
+				ds.scores.Path(w.Shard), i, s.UID, s.Sample, s.Reward, ErrInput)
+		}
 		scores[i] = Score{UID: s.UID, Sample: int(s.Sample), Reward: float64(s.Reward)}
 	}
 	rows, _, err := Compute(cfg, scores, turns)
@@ -167,6 +171,15 @@ func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, need
 			if l.PMem == nil || l.PFull == nil {
 				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no p_mem/p_full (scored with --memory-pass=false?); --mem-coef 0 needs none: %w",
 					lpPath, i, r.UID, r.Sample, r.Turn, ErrInput)
+			}
+			for _, p := range []struct {
+				col string
+				v   float32
+			}{{"p_mem", *l.PMem}, {"p_full", *l.PFull}} {
+				if !(p.v >= 0 && p.v <= 1) {
+					return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): column %q is %v, want a probability in [0,1]: %w",
+						lpPath, i, r.UID, r.Sample, r.Turn, p.col, p.v, ErrInput)
+				}
 			}
 			t.Mem = &Span{Start: int(r.MemStart), End: int(r.MemEnd)}
 			t.PMem, t.PFull = float64(*l.PMem), float64(*l.PFull)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mempo/mempo/format"
@@ -180,4 +181,115 @@ func TestRunStageWithoutMemoryPass(t *testing.T) {
 		t.Fatalf("MemPO without a memory pass = %v, want ErrInput", err)
 	}
 	t.Log(err)
+}
+
+// TestRunStageNaNNamesItsFile: a non-finite reward or memory probability is reported
+// against the shard and row that hold it, not against the rollouts.
+func TestRunStageNaNNamesItsFile(t *testing.T) {
+	nan := float32(math.NaN())
+	tests := []struct {
+		name   string
+		edit   func(t *testing.T, in Inputs)
+		file   func(in Inputs) string
+		column string
+	}{
+		{"reward", func(t *testing.T, in Inputs) {
+			rows, err := format.ReadDataset[format.Score](in.Scores)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows[1].Reward = nan
+			rewrite(t, in.Scores, rows)
+		}, func(in Inputs) string { return in.Scores }, `row 1 (uid q sample 1): column "reward" is NaN`},
+		{"p_mem", func(t *testing.T, in Inputs) {
+			rows, err := format.ReadDataset[format.Logprob](in.Logprobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows[2].PMem = &nan
+			rewrite(t, in.Logprobs, rows)
+		}, func(in Inputs) string { return in.Logprobs }, `row 2 (uid q sample 1 turn 0): column "p_mem" is NaN`},
+		{"p_full", func(t *testing.T, in Inputs) {
+			rows, err := format.ReadDataset[format.Logprob](in.Logprobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inf := float32(math.Inf(1))
+			rows[0].PFull = &inf
+			rewrite(t, in.Logprobs, rows)
+		}, func(in Inputs) string { return in.Logprobs }, `row 0 (uid q sample 0 turn 0): column "p_full" is +Inf`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			in := stageFixture(t, dir)
+			tt.edit(t, in)
+			_, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: filepath.Join(dir, "adv")})
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("Run = %v, want ErrInput", err)
+			}
+			want := filepath.Join(tt.file(in), format.ShardName(0)) + ": " + tt.column
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Run = %q, want it to name %q", err, want)
+			}
+			if strings.Contains(err.Error(), in.Rollouts+"/") {
+				t.Errorf("Run = %q names the rollouts, which hold no NaN", err)
+			}
+			// The failed run keeps its temp dir for a rerun of its key; the next run of
+			// the same output, on good inputs, removes it.
+			good := stageFixture(t, t.TempDir())
+			if _, err := Run(context.Background(), DefaultConfig(), good, jobs.Spec{Out: filepath.Join(dir, "adv")}); err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "adv.*")); len(left) != 0 {
+				t.Errorf("after a failed and a good run: %v beside the output, want nothing", left)
+			}
+		})
+	}
+}
+
+// rewrite replaces dataset dir with one shard of rows.
+func rewrite[R format.Row](t *testing.T, dir string, rows []R) {
+	t.Helper()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := formattest.WriteDataset(dir, "test", [][]R{rows}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunStagePathNotKeyed: the cache key depends on the inputs' content, not on how
+// their paths are written: absolute paths, then relative ones, then a moved copy of the
+// same datasets give the same key, so the second and third runs are cache hits.
+func TestRunStagePathNotKeyed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "iter-0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := stageFixture(t, filepath.Join(dir, "iter-0"))
+	out := filepath.Join(dir, "adv")
+	run := func(in Inputs) *jobs.Result {
+		t.Helper()
+		res, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if run(in).Hit {
+		t.Fatal("first run is a cache hit")
+	}
+	t.Chdir(dir)
+	rel := Inputs{Rollouts: "iter-0/rollouts", Scores: "./iter-0/scores", Logprobs: "iter-0//logprobs/"}
+	if !run(rel).Hit {
+		t.Errorf("relative paths %+v: not a cache hit", rel)
+	}
+	if err := os.Rename(filepath.Join(dir, "iter-0"), filepath.Join(dir, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	moved := Inputs{Rollouts: filepath.Join(dir, "moved", "rollouts"), Scores: filepath.Join(dir, "moved", "scores"), Logprobs: filepath.Join(dir, "moved", "logprobs")}
+	if !run(moved).Hit {
+		t.Errorf("moved copy %+v: not a cache hit", moved)
+	}
 }

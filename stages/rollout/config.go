@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/mempo/mempo/format"
@@ -13,8 +14,13 @@ import (
 	"github.com/mempo/mempo/model/sample"
 )
 
-// ErrConfig marks an unusable rollout config or input; messages name the flag.
-var ErrConfig = errors.New("invalid rollout config")
+var (
+	// ErrConfig marks an unusable rollout config or input; messages name the flag.
+	ErrConfig = errors.New("invalid rollout config")
+	// ErrTooLong marks a prompt longer than the policy's context; messages name its uid
+	// and both lengths.
+	ErrTooLong = errors.New("prompt longer than the model's context")
+)
 
 // Config is the rollout stage's resolved configuration. Its canonical JSON goes into the
 // cache key and the manifest, so every field that can change a row is here.
@@ -84,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Episode().Validate(); err != nil {
 		return err
+	}
+	if math.IsInf(c.Temperature, 0) {
+		return fmt.Errorf("--temperature %v: want a finite temperature >= 0: %w", c.Temperature, ErrConfig)
 	}
 	if err := c.Sampling().Validate(); err != nil {
 		return fmt.Errorf("sampling (--temperature, --top-p, --top-k, --max-new-tokens): %w", err)

@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mempo/mempo/format"
@@ -38,5 +40,15 @@ func TestSelectPrompts(t *testing.T) {
 				t.Errorf("selectPrompts(offset %d, limit %d) = %v, want %v", tt.offset, tt.limit, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestValidateTemperature(t *testing.T) {
+	for _, temp := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), -1} {
+		cfg := DefaultConfig()
+		cfg.Temperature = temp
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--temperature") {
+			t.Errorf("Validate(temperature %v) = %v, want an error naming --temperature", temp, err)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,8 +70,12 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 		return nil, fmt.Errorf("rollout: --prompts: %w", err)
 	}
 	s.prompts = cfg.selectPrompts(s.prompts)
-	if s.tok, err = policyTokenizer(in.Policy); err != nil {
+	var maxPositions int
+	if s.tok, maxPositions, err = policyTokenizer(in.Policy); err != nil {
 		return nil, fmt.Errorf("rollout: --policy: %w", err)
+	}
+	if err := checkPrompts(cfg, s.tok, s.prompts, maxPositions); err != nil {
+		return nil, fmt.Errorf("rollout: --prompts %s with --policy %s: %w", in.Prompts, in.Policy, err)
 	}
 	policy, err := jobs.CheckpointInput("policy", in.Policy)
 	if err != nil {
@@ -98,20 +103,44 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 }
 
 // policyTokenizer loads the checkpoint's tokenizer and checks that the model has an
-// embedding row for each of its ids, before any work.
-func policyTokenizer(dir string) (*bpe.Tokenizer, error) {
+// embedding row for each of its ids, before any work. It also returns the model's
+// max_position_embeddings, which bounds every context.
+func policyTokenizer(dir string) (*bpe.Tokenizer, int, error) {
 	tok, err := bpe.Load(filepath.Join(dir, jobs.TokenizerFile))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	mc, err := qwen2.ReadConfig(filepath.Join(dir, qwen2.ConfigFile))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if err := mc.CheckVocab(tok.VocabSize()); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+	if err := mc.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", dir, err)
 	}
-	return tok, nil
+	return tok, mc.MaxPositions, nil
+}
+
+// checkPrompts refuses, before any work, a prompt whose first context already fills
+// the model's positions. Such a prompt leaves no room for one generated token: its turns
+// would be recorded empty and the log-prob stage, which scores prompt and response
+// together, would fail on the whole dataset. (A later turn of the full context policy
+// can still outgrow the model; sample records that turn as truncated.)
+func checkPrompts(cfg Config, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) error {
+	for _, p := range prompts {
+		e, err := protocol.NewEpisode(cfg.Protocol, tok, cfg.Episode(), p.Question, max(len(p.Golds), 1))
+		if err != nil {
+			return fmt.Errorf("uid %s: %w", p.UID, err)
+		}
+		c, err := e.Context()
+		if err != nil {
+			return fmt.Errorf("uid %s: %w", p.UID, err)
+		}
+		if n := c.Len(); n >= maxPositions {
+			return fmt.Errorf("uid %s: the first turn's context is %d tokens, the policy's max_position_embeddings is %d, which leaves no room for a response (shorten the question or drop the prompt): %w",
+				p.UID, n, maxPositions, ErrTooLong)
+		}
+	}
+	return nil
 }
 
 // stage is one Run's state shared by its shards. The policy is opened by the first
@@ -156,6 +185,7 @@ func (s *stage) close() {
 
 // shard runs every trajectory of plan shard w.Shard to the end and writes its rows.
 func (s *stage) shard(ctx context.Context, w *jobs.Work) error {
+	defer torch.TrimHeap() // what this shard's batches needed does not stay resident
 	if err := s.open(ctx); err != nil {
 		return err
 	}
@@ -218,15 +248,21 @@ func (s *stage) rows(eps []*protocol.Episode, slots map[*protocol.Episode]slot) 
 				UID: sl.uid, Sample: int32(sl.sample), Turn: int32(r.Turn),
 				PromptIDs: r.Context.IDs(), ResponseIDs: r.Response, SamplingLogprobs: lp,
 				MemStart: int32(r.Parsed.MemTokens.Start), MemEnd: int32(r.Parsed.MemTokens.End),
-				Response: s.tok.Decode(r.Response), Memory: r.Parsed.Memory,
-				Action: string(r.Parsed.Kind), Query: r.Parsed.Arg,
-				Observation: r.Observation, ObservationIDs: r.ObservationIDs,
+				Response: text(s.tok.Decode(r.Response)), Memory: text(r.Parsed.Memory),
+				Action: string(r.Parsed.Kind), Query: text(r.Parsed.Arg),
+				Observation: text(r.Observation), ObservationIDs: r.ObservationIDs,
 				Finish: string(r.Finish), PolicyDigest: s.digest,
 			})
 		}
 	}
 	return rows
 }
+
+// text makes decoded model output valid UTF-8, as Arrow string columns must be: a
+// response cut off by the token limit can end inside a character, and a small model can
+// emit any byte sequence. Each run of invalid bytes becomes U+FFFD (HF's decode with
+// errors="replace" writes one per byte); the ids keep the exact output.
+func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 func writeRows(path string, rows []format.Rollout) error {
 	f, err := format.Create[format.Rollout](path)

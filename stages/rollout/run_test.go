@@ -3,18 +3,23 @@ package rollout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 func readRows(t *testing.T, dir string) []format.Rollout {
@@ -253,5 +258,90 @@ func TestContextPeakTokens(t *testing.T) {
 		mempo, pt[protocol.Mempo][6]/pt[protocol.Mempo][2], full, pt[protocol.Full][6]/pt[protocol.Full][2])
 	if full <= 2*mempo {
 		t.Errorf("PT growth K=2→6: full %+.0f, mempo %+.0f; want full to grow at least twice as fast", full, mempo)
+	}
+}
+
+// TestPromptLongerThanContext: a prompt whose first context fills the policy's
+// positions is refused before any work, naming its uid and both lengths, instead of
+// passing with empty responses and failing the log-prob stage on the whole dataset.
+func TestPromptLongerThanContext(t *testing.T) {
+	f := testFixture(t)
+	mc, err := qwen2.ReadConfig(filepath.Join(f.policy, qwen2.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := format.Prompt{UID: "long0001", DataSource: "test", Split: "train", SourceIndex: []int64{1},
+		Question: strings.Repeat("Who founded the company in the capital city? ", mc.MaxPositions/4), Golds: [][]string{{"x"}}}
+	short := format.Prompt{UID: "short001", DataSource: "test", Split: "train", SourceIndex: []int64{0},
+		Question: "Who founded it?", Golds: [][]string{{"x"}}}
+	prompts := filepath.Join(t.TempDir(), "prompts")
+	if _, err := formattest.WriteDataset(prompts, "test", [][]format.Prompt{{long, short}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.N, cfg.MaxTurns = 2, 2
+	out := filepath.Join(t.TempDir(), "rollouts")
+	gen := newScripted(f.tok, pathsScript)
+	_, err = run(context.Background(), cfg, Inputs{Prompts: prompts, Policy: f.policy, Index: f.index}, jobs.Spec{Out: out}, gen.loader())
+	if !errors.Is(err, ErrTooLong) {
+		t.Fatalf("run = %v, want ErrTooLong", err)
+	}
+	for _, want := range []string{"uid long0001", "context is ", fmt.Sprintf("max_position_embeddings is %d", mc.MaxPositions), prompts} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("run = %q, want it to mention %q", err, want)
+		}
+	}
+	if len(gen.batches) != 0 {
+		t.Errorf("the policy generated %d batches before the refusal, want none", len(gen.batches))
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
+		t.Errorf("refused run left %v beside its output", entries)
+	}
+}
+
+// TestRunWritesValidUTF8 has the policy emit bytes that are not UTF-8: a response cut
+// by the token limit inside a character, and a stray byte in a memory and a query.
+// Every string column must still be valid UTF-8 (Arrow tools refuse anything else),
+// with the ids keeping the exact output.
+func TestRunWritesValidUTF8(t *testing.T) {
+	f := testFixture(t)
+	cfg := DefaultConfig()
+	cfg.N, cfg.MaxTurns, cfg.PromptsPerShard = 2, 3, 2
+	p := protocol.Default()
+	gen := newScripted(f.tok, func(r request) (string, bool) {
+		switch {
+		case r.Sample == 0 && r.Turn == 0:
+			return "<mem>caf\xc3", true
+		case r.Sample == 1 && r.Turn == 0:
+			return p.Render("m\xff", "t", protocol.Search, "q\xfe"), false
+		}
+		return p.Render("final", "done", protocol.Answer, "a"), false
+	})
+	out := filepath.Join(t.TempDir(), "rollouts")
+	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index}
+	if _, err := run(context.Background(), cfg, in, jobs.Spec{Out: out, Seed: 7}, gen.loader()); err != nil {
+		t.Fatal(err)
+	}
+	invalid := 0
+	for _, r := range readRows(t, out) {
+		k := turnKey{r.UID, int(r.Sample), int(r.Turn)}
+		raw := f.tok.Decode(gen.gave[k].IDs)
+		if !utf8.ValidString(raw) {
+			invalid++
+		}
+		for col, s := range map[string]string{"response": r.Response, "memory": r.Memory, "query": r.Query, "observation": r.Observation} {
+			if !utf8.ValidString(s) {
+				t.Errorf("%v: column %s = %q is not valid UTF-8", k, col, s)
+			}
+		}
+		if want := strings.ToValidUTF8(raw, "\uFFFD"); r.Response != want {
+			t.Errorf("%v: response %q, want %q", k, r.Response, want)
+		}
+		if !slices.Equal(r.ResponseIDs, gen.gave[k].IDs) {
+			t.Errorf("%v: response_ids differ from what the policy returned", k)
+		}
+	}
+	if invalid == 0 {
+		t.Fatal("no response decoded to invalid UTF-8: the test does not test anything")
 	}
 }

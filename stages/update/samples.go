@@ -133,6 +133,9 @@ func LoadSamples(rollouts, logprobs, advantages string, withRef bool) ([]Sample,
 					if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 						return nil, fmt.Errorf("%s %s: %s: column %q: value %d is %v, want finite: %w", c.kind, c.at, k, c.col, t, x, ErrInput)
 					}
+					if c.kind == "logprobs" && x > 0 {
+						return nil, fmt.Errorf("%s %s: %s: column %q: value %d is %v, want a log-probability <= 0: %w", c.kind, c.at, k, c.col, t, x, ErrInput)
+					}
 				}
 			}
 			if n == 0 {

@@ -88,6 +88,14 @@ func TestLoadSamples(t *testing.T) {
 			x.a[0].Advantages[2] = float32(math.NaN())
 			return x
 		}, true, []string{"row 0", "value 2 is NaN"}},
+		{"positive old log-prob", func(x rows) rows {
+			x.l[1].OldLogprobs[0] = 0.5
+			return x
+		}, true, []string{"logprobs", "row 1", `"old_logprobs"`, "value 0 is 0.5", "<= 0"}},
+		{"positive ref log-prob", func(x rows) rows {
+			x.l[0].RefLogprobs[1] = 2
+			return x
+		}, true, []string{"row 0", `"ref_logprobs"`, "value 1 is 2"}},
 		{"turn without advantages", func(x rows) rows {
 			x.a = x.a[:1]
 			return x

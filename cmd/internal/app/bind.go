@@ -1,7 +1,9 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 
@@ -88,6 +90,24 @@ func (f Flag) Then(fn func() error) Flag {
 	return f
 }
 
+// Check returns f with valid run after f stores its value: a value valid refuses is a
+// usage error naming the flag, found while the flags are resolved rather than by the
+// stage after it has opened its inputs or created its temp dir.
+func (f Flag) Check(valid func() error) Flag {
+	return f.Then(func() error { return Usage(valid()) })
+}
+
+// AtLeast returns a check, for Check, that *v is at least lo: a count whose zero has
+// no documented meaning is refused at parse time.
+func AtLeast[T cmp.Ordered](v *T, lo T) func() error {
+	return func() error {
+		if *v < lo {
+			return fmt.Errorf("%v: want at least %v", *v, lo)
+		}
+		return nil
+	}
+}
+
 // Unbound returns copies of flag templates that the action reads itself, such as the
 // stage flags StageSpec resolves into a jobs.Spec.
 func Unbound(templates ...cli.Flag) []Flag {
@@ -137,10 +157,17 @@ func Uint64(dst *uint64, f cli.Uint64Flag) Flag {
 	return bound(dst, &f, (*cli.Context).Uint64)
 }
 
-// Float64 binds a float64 flag to *dst.
+// Float64 binds a float64 flag to *dst. The flag parser reads "Inf" and "NaN" as
+// numbers; no setting of any stage means either, so they are usage errors naming the
+// flag here instead of failures deep inside the stage.
 func Float64(dst *float64, f cli.Float64Flag) Flag {
 	f.Value = *dst
-	return bound(dst, &f, (*cli.Context).Float64)
+	return bound(dst, &f, (*cli.Context).Float64).Check(func() error {
+		if math.IsNaN(*dst) || math.IsInf(*dst, 0) {
+			return fmt.Errorf("%v: want a finite number", *dst)
+		}
+		return nil
+	})
 }
 
 // Strings binds a repeatable string flag to *dst.

@@ -70,7 +70,7 @@ func (tc *testCommand) flags() *Flags {
 		Float64(&cfg.Objective.KLCoef, cli.Float64Flag{Name: "kl-coef", Category: "Loss", Usage: "KL weight"}),
 		Enum(&cfg.Mode, cli.StringFlag{Name: "mode", Category: "Loss", Usage: "fast or exact"}, parseMode),
 		Float64(&cfg.Temp, cli.Float64Flag{Name: "temperature", Category: "Loss", Usage: "temperature"}),
-		Int(&cfg.MaxTurns, cli.IntFlag{Name: "max-turns", Category: "Loss", Usage: "turns"}),
+		Int(&cfg.MaxTurns, cli.IntFlag{Name: "max-turns", Category: "Loss", Usage: "turns"}).Check(AtLeast(&cfg.MaxTurns, 1)),
 		String(&cfg.Device, cli.StringFlag{Name: "device", Category: "Runtime", Usage: "device"}),
 		Strings(&cfg.Tags, cli.StringSliceFlag{Name: "tag", Category: "Runtime", Usage: "tags"}),
 		Load(&cfg.Protocol, cli.StringFlag{Name: "protocol", Category: "Runtime", Usage: "protocol FILE"}, func(path string) (*testProtocol, error) {
@@ -148,6 +148,10 @@ func TestBindErrors(t *testing.T) {
 		{"bad number", []string{"--clip-low", "x"}, ExitUsage, "clip-low"},
 		{"load failure keeps its class", []string{"--protocol", "missing"}, ExitFailure, "--protocol: open missing"},
 		{"then", []string{"--threads", "-1"}, ExitUsage, "--threads: threads -1"},
+		{"inf", []string{"--temperature", "Inf"}, ExitUsage, "--temperature: +Inf: want a finite number"},
+		{"nan", []string{"--clip-low", "NaN"}, ExitUsage, "--clip-low: NaN: want a finite number"},
+		{"negative inf", []string{"--kl-coef", "-inf"}, ExitUsage, "--kl-coef: -Inf"},
+		{"check", []string{"--max-turns", "0"}, ExitUsage, "--max-turns: 0: want at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,10 @@
 package torchflag
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
@@ -17,16 +21,41 @@ func Runtime(device, dtype *string) []app.Flag {
 	return []app.Flag{Device(device), DType(dtype), Threads()}
 }
 
-// Device binds --device to a stage's Device field.
+// Device binds --device to a stage's Device field. Its spelling is checked as the
+// flags are resolved, so a typo is a usage error before any input is opened; whether
+// the CUDA device exists is libtorch's to say when the model loads.
 func Device(dst *string) app.Flag {
 	return app.String(dst, cli.StringFlag{Name: "device", Category: "Runtime",
-		Usage: "where the models run: cpu, cuda or cuda:N"})
+		Usage: "where the models run: cpu, cuda or cuda:N"}).Check(func() error { return CheckDevice(*dst) })
 }
 
 // DType binds --dtype to a stage's DType field; "" keeps the checkpoint's precision.
 func DType(dst *string) app.Flag {
 	return app.String(dst, cli.StringFlag{Name: "dtype", Category: "Runtime",
-		Usage: "weight precision: float32, bfloat16 (trained with float32 master weights) or float16 (default: the checkpoint's)"})
+		Usage: "weight precision: float32, bfloat16 (trained with float32 master weights) or float16 (default: the checkpoint's)"}).Check(func() error { return CheckDType(*dst) })
+}
+
+// CheckDevice accepts the device names torch.Device resolves: cpu, cuda and cuda:N.
+func CheckDevice(s string) error {
+	if s == "cpu" || s == "cuda" {
+		return nil
+	}
+	if n, ok := strings.CutPrefix(s, "cuda:"); ok {
+		if i, err := strconv.Atoi(n); err == nil && i >= 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want cpu, cuda or cuda:N", s)
+}
+
+// CheckDType accepts the weight precisions a Qwen2 checkpoint may be loaded in, and ""
+// for the checkpoint's own.
+func CheckDType(s string) error {
+	switch s {
+	case "", "float32", "bfloat16", "float16":
+		return nil
+	}
+	return fmt.Errorf("%q: want float32, bfloat16 or float16", s)
 }
 
 // Threads binds --threads, which sets libtorch's intra-op thread pool as it is
