@@ -27,10 +27,13 @@ import (
 // dies and reused by the next request it fits, with resident bytes held within twice
 // the peak live bytes since the last TrimHeap. Peak RSS then stays flat while a stage
 // streams a dataset of any size through the model, and a pass's buffers are faulted in
-// once rather than on every op (measurements in runtime.cpp). Stages whose work grows
-// with their input (log-prob scoring, rollout) call it once and TrimHeap after each
-// shard; it cannot be undone. Training stages have not been measured with it and run
-// under glibc's defaults.
+// once rather than on every op (measurements in runtime.cpp). Every tensor stage calls
+// it once; it cannot be undone. Stages whose work grows with their input (log-prob
+// scoring, rollout) also TrimHeap after each shard. Training steps repeat one working
+// set, which the cache keeps mapped: on the update of the 0.5B shape with two layers
+// (BenchmarkUpdateAdamW05BShape2L, 2×256 tokens with the AdamW step) it cut minor
+// page faults from 3.2M to 1.0M and a step from 3.4-4.1 s to 2.9-3.4 s, for 0.27 GB
+// more peak RSS (4.07 GB).
 func BoundHeap() {
 	C.mempo_torch_bound_heap()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/model/torch/torchtest"
 	"github.com/mempo/mempo/train"
 )
@@ -87,13 +88,13 @@ func miniBatch(b *testing.B, tr train.PPOStep, adam *train.AdamW, samples []Samp
 }
 
 // The benchmarks below run once per thread count in benchThreads (sub-benchmarks
-// threads=1 and threads=2) on a model initialised with seed 1 and turns drawn with
-// seed (1, 1), each of 192 context and 64 response tokens, every mini-batch in one
-// micro-batch. Besides their mean rates they report the rate of the fastest iteration
-// (best-) and its gemm-fraction, the matmul FLOP rate of the forward and backward
-// passes (3 × forwardFLOPs) over libtorch's peak fp32 GEMM rate at the same thread
-// count, and the optimizer step bw-fraction, its minimal memory traffic over the copy
-// bandwidth. build/bench_compare/compare.py times the same
+// threads=1 and threads=2) on a model initialised with seed 1 and turns drawn with seed
+// (1, 1), each of 192 context and 64 response tokens, every mini-batch in one
+// micro-batch, under torch.BoundHeap as Run sets it. Besides their mean rates they report the
+// rate of the fastest iteration (best-) and its gemm-fraction, the matmul FLOP rate of
+// the forward and backward passes (3 × forwardFLOPs) over libtorch's peak fp32 GEMM
+// rate at the same thread count, and the optimizer step bw-fraction, its minimal memory
+// traffic over the copy bandwidth. build/bench_compare/compare.py times the same
 // workloads in PyTorch.
 var benchThreads = []int{1, 2}
 
@@ -117,6 +118,7 @@ func BenchmarkUpdateAdamW05BShape2L(b *testing.B) {
 }
 
 func benchUpdate(b *testing.B, preset string, layers, turns int, step bool) {
+	torch.BoundHeap() // as Run sets it
 	tr, adam := benchTrainer(b, preset, layers)
 	samples := benchSamples(rand.New(rand.NewPCG(1, 1)), turns, 192, 64, tr.Model.Config.VocabSize)
 	iter := func() {
@@ -170,6 +172,7 @@ const adamWBytes = 40
 // adamWBytes per parameter per step over the copy bandwidth at the same thread count.
 func BenchmarkAdamWStep05BShape2L(b *testing.B) {
 	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
+		torch.BoundHeap()
 		tr, adam := benchTrainer(b, "qwen2.5-0.5b-shape", 2)
 		samples := benchSamples(rand.New(rand.NewPCG(1, 1)), 2, 192, 64, tr.Model.Config.VocabSize)
 		backward(b, tr, samples)
