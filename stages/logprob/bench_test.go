@@ -88,13 +88,13 @@ func BenchmarkLogprobPasses(b *testing.B) {
 	}
 	for b.Loop() {
 		start := time.Now()
-		if _, err := policy.LogProbs(pairs, sc); err != nil {
+		if _, err := policy.PrefixLogProbs(pairs, sc); err != nil {
 			b.Fatal(err)
 		}
 		fastest(&old, start)
 
 		start = time.Now()
-		if _, err := ref.LogProbs(pairs, sc); err != nil {
+		if _, err := ref.PrefixLogProbs(pairs, sc); err != nil {
 			b.Fatal(err)
 		}
 		fastest(&refT, start)
@@ -131,7 +131,7 @@ func BenchmarkLogprobPasses(b *testing.B) {
 
 // BenchmarkOldPass is the old-log-prob pass as the stage runs it
 // (DefaultConfig's token budget of 8192 and chunk of 256, temperature 1, no entropy;
-// right-padded batches, longest first) on 2 threads over benchRollouts(2, 8, 5): 80
+// pairs grouped into trees over their shared context prefixes, PrefixLogProbs) on 2 threads over benchRollouts(2, 8, 5): 80
 // turns of the tiny preset (seed 1), 16 of 150 + 60 tokens and 64 of 310 + 60, 27040
 // tokens in all. heap=default runs under glibc's malloc defaults, heap=bounded under
 // torch.BoundHeap as Run sets it; the bound cannot be undone, so it runs second and
@@ -172,7 +172,7 @@ func benchOldPass(b *testing.B) {
 	d := DefaultConfig()
 	sc := qwen2.ScoreConfig{TokenBudget: d.TokenBudget, Chunk: d.Chunk, Temperature: d.Temperature}
 	score := func() {
-		if _, err := m.LogProbs(pairs, sc); err != nil {
+		if _, err := m.PrefixLogProbs(pairs, sc); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -161,7 +161,7 @@ func (s *state) loadTargets() error {
 	if err != nil {
 		return fmt.Errorf("logprob: policy tokenizer (the memory pass encodes the gold answers with it): %w", err)
 	}
-	if err := s.policy.Config.CheckVocab(tok.VocabSize()); err != nil {
+	if err := s.policy.Config.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
 		return fmt.Errorf("logprob: %s: %w", path, err)
 	}
 	s.tok = tok
@@ -265,7 +265,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		out[i] = format.Logprob{UID: r.UID, Sample: r.Sample, Turn: r.Turn}
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
-	old, err := s.policy.LogProbs(pairs, sc)
+	old, err := s.policy.PrefixLogProbs(pairs, sc)
 	if err != nil {
 		return fmt.Errorf("logprob: %s: old pass: %w", file, err)
 	}
@@ -277,7 +277,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		out[i].RefLogprobs = old[i].LogProbs
 	}
 	if s.ref != nil {
-		ref, err := s.ref.LogProbs(pairs, sc)
+		ref, err := s.ref.PrefixLogProbs(pairs, sc)
 		if err != nil {
 			return fmt.Errorf("logprob: %s: ref pass: %w", file, err)
 		}
