@@ -268,6 +268,10 @@ func (r *run[M]) loadOptimizer() error {
 		r.spec.Log.Info("fresh optimizer: the policy's optimizer state is from another stage", "stage", r.prev.Stage)
 		return nil
 	}
+	// The state is an input like the weights, which qwen2.Load verified.
+	if err := jobs.VerifyCheckpoint(r.From, OptimizerFile); err != nil {
+		return err
+	}
 	return LoadOptimizer(path, r.adam)
 }
 

@@ -138,6 +138,29 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	recordScoring(t, next)
+	// A flipped byte in the optimizer state it continues from is refused.
+	flipped := next
+	flipped.Policy = filepath.Join(f.dir, "iter-1-flipped")
+	if err := os.CopyFS(flipped.Policy, os.DirFS(out)); err != nil {
+		t.Fatal(err)
+	}
+	opt := filepath.Join(flipped.Policy, train.OptimizerFile)
+	b, err := os.ReadFile(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 1
+	if err := os.WriteFile(opt, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flipped.Logprobs = filepath.Join(f.dir, "logprobs-flipped")
+	if err := os.CopyFS(flipped.Logprobs, os.DirFS(f.in.Logprobs)); err != nil {
+		t.Fatal(err)
+	}
+	recordScoring(t, flipped)
+	if _, err := Run(context.Background(), cfg, flipped, jobs.Spec{Out: filepath.Join(f.dir, "iter-2-flipped"), Seed: 1}); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), train.OptimizerFile) {
+		t.Errorf("Run continuing from a flipped optimizer state = %v, want ErrCorrupt naming %s", err, train.OptimizerFile)
+	}
 	res2, err := Run(context.Background(), cfg, next, jobs.Spec{Out: filepath.Join(f.dir, "iter-2"), Seed: 1})
 	if err != nil {
 		t.Fatal(err)
