@@ -153,8 +153,8 @@ func (m *Model) checkPair(p Pair) error {
 	return nil
 }
 
-// LogProbTensor runs one forward over pairs (one right-padded batch, no budget) and
-// returns log π(response token | prefix) for every response token, flattened pair by
+// LogProbTensor runs one forward over pairs (packed into rows, see packRows; no
+// budget) and returns log π(response token | prefix) for every response token, flattened pair by
 // pair: [Σ len(Response)] float32, and the entropies alike when cfg.Entropy (else
 // nil). Gradients flow when grad mode is on, for the PPO update.
 //
@@ -172,14 +172,14 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 	}
 	defer torch.Catch(fmt.Sprintf("log-probs of %d pairs", len(pairs)), &err)
 	seqs := make([][]int64, len(pairs))
-	var at, target []int64 // flat index of the predicting position, and its target
 	for i, p := range pairs {
 		seqs[i] = append(append(make([]int64, 0, len(p.Context)+len(p.Response)), p.Context...), p.Response...)
 	}
-	b := NewBatch(seqs, make([]int, len(pairs)), nil, 0)
+	b := packRows(seqs)
+	var at, target []int64 // flat index of the predicting slot, and its target
 	for i, p := range pairs {
 		for j, tok := range p.Response {
-			at = append(at, int64(i*b.Width+len(p.Context)-1+j))
+			at = append(at, int64(b.slot[i]+len(p.Context)-1+j))
 			target = append(target, tok)
 		}
 	}
@@ -191,11 +191,11 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 		}
 		return lp, ent, nil
 	}
-	ids, pos, bias := m.inputs(b)
+	ids, pos, bias := b.inputs(m)
 	h := m.hidden(ids, pos, bias, nil, nil)
 	torch.Free(ids, pos, bias)
 	idx := torch.RawFromHost(at, []int64{n}, m.device)
-	flat := h.Reshape(int64(b.Rows*b.Width), -1)
+	flat := h.Reshape(int64(b.rows*b.width), -1)
 	sel := flat.IndexSelect(0, idx)
 	torch.Free(h, flat, idx)
 	defer sel.Free()

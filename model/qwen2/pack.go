@@ -1,0 +1,103 @@
+package qwen2
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
+)
+
+// rowPack is the host side of sequences packed into rows: several sequences share a
+// row, each at positions 0, 1, … and attending only to its own earlier tokens (a
+// block-diagonal causal mask), so each is computed as if it were alone while the
+// padding a batch of rows of one width needs goes to what the rows cannot fill.
+type rowPack struct {
+	rows, width int
+	ids, pos    []int64 // [rows·width]; padding is token 0 at position 0
+	first       []int   // [rows·width]: the slot where the slot's sequence starts, -1 for padding
+	slot        []int   // per sequence: the flat index of its first token
+}
+
+// packRows lays seqs (each at least one token) out in rows as wide as the longest,
+// first fit in decreasing length order (ties in input order), so the layout depends
+// only on the lengths. Training batches sampled at random mix lengths, and right
+// padding every sequence to the longest wasted a large share of the slots; a batch of
+// similar lengths packs one per row as before.
+func packRows(seqs [][]int64) rowPack {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(len(seqs[b]), len(seqs[a])) })
+	p := rowPack{slot: make([]int, len(seqs))}
+	if len(seqs) > 0 {
+		p.width = len(seqs[order[0]])
+	}
+	var used []int // per row: slots taken
+	for _, i := range order {
+		r := slices.IndexFunc(used, func(u int) bool { return u+len(seqs[i]) <= p.width })
+		if r < 0 {
+			r = len(used)
+			used = append(used, 0)
+		}
+		p.slot[i] = r*p.width + used[r]
+		used[r] += len(seqs[i])
+	}
+	p.rows = len(used)
+	p.ids = make([]int64, p.rows*p.width)
+	p.pos = make([]int64, p.rows*p.width)
+	p.first = make([]int, p.rows*p.width)
+	for k := range p.first {
+		p.first[k] = -1
+	}
+	for i, s := range seqs {
+		for j, id := range s {
+			k := p.slot[i] + j
+			p.ids[k], p.pos[k], p.first[k] = id, int64(j), p.slot[i]
+		}
+	}
+	return p
+}
+
+// bias is the additive attention mask [rows, 1, width, width] as hidden takes it: 0
+// where query q may read key k — k from q's sequence start up to q — and -inf
+// elsewhere. A padding query reads key 0 only, so no softmax row is all -inf.
+func (p rowPack) bias() []float32 {
+	w := p.width
+	out := make([]float32, p.rows*w*w)
+	inf := float32(math.Inf(-1))
+	for i := range out {
+		out[i] = inf
+	}
+	for r := range p.rows {
+		for q := range w {
+			row := out[(r*w+q)*w : (r*w+q+1)*w]
+			a := p.first[r*w+q]
+			if a < 0 {
+				row[0] = 0
+				continue
+			}
+			for k := a - r*w; k <= q; k++ {
+				row[k] = 0
+			}
+		}
+	}
+	return out
+}
+
+// inputs converts the pack to ids, pos: [rows, width] int64 and its bias in the
+// model dtype on the model's device.
+func (p rowPack) inputs(m *Model) (ids, pos, bias torch.Raw) {
+	shape := []int64{int64(p.rows), int64(p.width)}
+	ids = torch.RawFromHost(p.ids, shape, m.device)
+	pos = torch.RawFromHost(p.pos, shape, m.device)
+	bias = torch.RawFromHost(p.bias(), []int64{int64(p.rows), 1, int64(p.width), int64(p.width)}, m.device)
+	if m.dtype != gotch.Float {
+		f := bias
+		defer f.Free()
+		bias = f.ToDType(m.dtype)
+	}
+	return ids, pos, bias
+}
