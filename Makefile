@@ -9,7 +9,7 @@ REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(
 CODE_VERSION := $(REVISION)$(shell git diff HEAD 2>/dev/null | sha256sum | cut -c1-12)
 LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
-PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/...
+PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/...
 
 .PHONY: all build test test-build test-pure test-torch test-ecosystem bench bench-compare demo experiment libtorch fixtures clean
 
@@ -34,8 +34,10 @@ test: test-build fixtures test-pure test-torch test-ecosystem
 test-build:
 	@build/libtorch_test.sh
 
+# view/'s browser tests use the Chromium build/chromium.sh finds or installs (or skip without one).
 test-pure:
 	@pure=$$(build/pure_pkgs.sh $(PURE_REQUIRED)) || exit 1; \
+	export MEMPO_CHROMIUM=$$(build/chromium.sh); \
 	echo "CGO_ENABLED=0 go test ($$(echo $$pure | wc -w) pure-Go packages)"; \
 	CGO_ENABLED=0 go vet $$pure && CGO_ENABLED=0 go test -count=1 $$pure
 

@@ -5,5 +5,7 @@
 //
 // No stage imports another stage; only model/ and train/ import gotch; train may use the
 // model, the model and the agent use neither train nor each other; test harnesses
-// (formattest, jobstest) are imported by tests only.
+// (formattest, jobstest) are imported by tests only. view, the run viewer behind
+// 'mempo view', sits on the stages' floor: it reads what stages commit and only cmd/
+// imports it.
 package layout
