@@ -2,6 +2,7 @@ package view
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -336,20 +337,33 @@ type Compare struct {
 	Cells    []CompareCell `json:"cells"`
 }
 
-// compare assembles one question across every group of a series; a group without the
-// question, or with an unreadable dataset, is a cell with its error.
+// compare assembles one question across the groups of series: one series (its
+// iterations; a group without the question, or with an unreadable dataset, is a cell
+// with its error), several separated by commas, or "*" for every series (variants side
+// by side: only the groups that hold the question, ordered by iteration, then series).
 func (s *store) compare(series, uid string) (*Compare, error) {
 	o, err := s.overview()
 	if err != nil {
 		return nil, err
 	}
-	c := &Compare{Series: series, UID: uid}
+	names := strings.Split(series, ",")
+	several := series == "*" || len(names) > 1
+	var groups []Group
 	for _, g := range o.Groups {
-		if g.Series != series {
-			continue
+		if series == "*" || slices.Contains(names, g.Series) {
+			groups = append(groups, g)
 		}
+	}
+	if several {
+		slices.SortStableFunc(groups, func(a, b Group) int { return cmp.Or(cmp.Compare(a.Iter, b.Iter), strings.Compare(a.Series, b.Series)) })
+	}
+	c := &Compare{Series: series, UID: uid}
+	for _, g := range groups {
 		cell := CompareCell{Group: g.Path, Iter: g.Iter}
 		q, err := s.question(g.Path, uid)
+		if several && errors.Is(err, ErrNotFound) {
+			continue
+		}
 		if err != nil {
 			cell.Error = err.Error()
 		} else {
@@ -373,7 +387,7 @@ func (s *store) compare(series, uid string) (*Compare, error) {
 		c.Cells = append(c.Cells, cell)
 	}
 	if len(c.Cells) == 0 {
-		return nil, fmt.Errorf("series %q: no groups: %w", series, ErrNotFound)
+		return nil, fmt.Errorf("series %q: no groups hold uid %q: %w", series, uid, ErrNotFound)
 	}
 	return c, nil
 }

@@ -282,6 +282,38 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// TestCompareVariants: "*" and a list of series put the variants of one iteration side
+// by side, iteration by iteration, leaving out the groups without the question.
+func TestCompareVariants(t *testing.T) {
+	dir, _ := testRun(t, true)
+	if err := os.CopyFS(filepath.Join(dir, "grpo", "iter-1"), os.DirFS(filepath.Join(dir, "mempo", "iter-1"))); err != nil {
+		t.Fatal(err)
+	}
+	v, err := New(Config{Run: dir}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range []string{"*", "grpo,mempo"} {
+		code, _, body := get(t, v, "/api/compare?"+q("series", series, "uid", "q00001"))
+		if code != http.StatusOK {
+			t.Fatalf("GET compare %s = %d %s", series, code, body)
+		}
+		var groups []string
+		for _, c := range decode[Compare](t, body).Cells {
+			groups = append(groups, c.Group)
+			if c.Error != "" || len(c.Trajectories) != 4 {
+				t.Errorf("%s: cell %s = error %q, %d trajectories; want 4", series, c.Group, c.Error, len(c.Trajectories))
+			}
+		}
+		if want := []string{"grpo/iter-1", "mempo/iter-1", "mempo/iter-2"}; !slices.Equal(groups, want) {
+			t.Errorf("compare %s: cells %v, want %v", series, groups, want)
+		}
+	}
+	if code, _, body := get(t, v, "/api/compare?"+q("series", "*", "uid", "nope")); code != http.StatusNotFound {
+		t.Errorf("compare of a uid no variant holds = %d %s, want 404", code, body)
+	}
+}
+
 // TestModelTextEscaped: model output reaches the browser only as JSON data; no answer
 // holds it as markup, and every answer carries the strict policy.
 func TestModelTextEscaped(t *testing.T) {

@@ -155,9 +155,10 @@ async function questionsPage(p) {
     el('button', { type: 'submit' }, 'filter'));
   append(main, el('h1', {}, 'Questions of ', el('code', {}, group)), form,
     el('p', { className: 'muted' }, qs.length + ' questions'),
-    table(['uid', 'question', 'samples', 'mean reward', 'max reward', 'invalid', g ? 'across ' + g.series : ''], qs.map(q => [
+    table(['uid', 'question', 'samples', 'mean reward', 'max reward', 'invalid', g ? 'compare' : ''], qs.map(q => [
       el('td', { className: 'mono' }, link(q.uid, 'question', { group, uid: q.uid })), q.question || '', num(q.samples), num(q.mean_reward), num(q.max_reward),
-      num(q.invalid), el('td', {}, g ? link('compare', 'compare', { series: g.series, uid: q.uid }) : '')])));
+      num(q.invalid), el('td', {}, g ? [link('iterations', 'compare', { series: g.series, uid: q.uid }), ' · ',
+        link('variants', 'compare', { series: '*', uid: q.uid })] : '')])));
 }
 
 // --- one question -------------------------------------------------------------------
@@ -287,7 +288,7 @@ async function comparePage(p) {
   setCrumbs(link('run', ''), 'compare ' + series, uid);
   const c = await api('compare', { series, uid });
   clear(main);
-  append(main, el('h1', {}, el('code', {}, uid), ' across ', el('code', {}, series)),
+  append(main, el('h1', {}, el('code', {}, uid), ' across ', el('code', {}, series === '*' ? 'every variant' : series)),
     el('p', {}, c.question || ''), el('div', {}, el('span', { className: 'label' }, 'golds'), goldsBlock(c.golds)));
   const grid = el('div', { className: 'grid' }, c.cells.map(cell => el('div', { className: 'col' },
     el('div', { className: 'head' }, link(cell.group, 'question', { group: cell.group, uid }),
