@@ -17,7 +17,8 @@ import (
 
 func main() {
 	cmd := command{cfg: rollout.DefaultConfig(),
-		in: rollout.Inputs{Client: search.ClientConfig{TimeoutS: search.DefaultTimeoutS, Attempts: search.DefaultAttempts}}}
+		in: rollout.Inputs{Client: search.ClientConfig{TimeoutS: search.DefaultTimeoutS, Attempts: search.DefaultAttempts},
+			Engine: rollout.DefaultEngineClient()}}
 	os.Exit(app.Main(app.New("mempo-rollout", "roll out a policy on prompts: multi-turn search episodes to a rollouts dataset", cmd.flags(), cmd.run), os.Args))
 }
 
@@ -49,6 +50,13 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.PromptsPerShard, cli.IntFlag{Name: "prompts-per-shard", Category: "Rollout", Usage: "prompts per output shard; all their trajectories are generated together, so this sets the batch size"}),
 	}, torchflag.Runtime(&cfg.Device, &cfg.DType), []app.Flag{
 		app.Int(&cfg.MaxBatch, cli.IntFlag{Name: "max-batch", Category: "Runtime", Usage: "sequences per generate call at most, to bound memory (default 0: every running trajectory of the shard)"}),
+		app.Text(&cfg.Engine, cli.StringFlag{Name: "engine", Category: "Engine", Value: rollout.EngineLocal,
+			Usage: "where the policy generates: local (loaded into this process) or server (an OpenAI-compatible /v1/completions server at --engine-url: 'mempo serve-policy' or vLLM); --policy still names the checkpoint whose tokenizer, config and digest the rows record"}, rollout.ParseEngine),
+		app.String(&cfg.EngineURL, cli.StringFlag{Name: "engine-url", Category: "Engine", Usage: "completions server `URL` for --engine server (http://host:port, with or without /v1)"}),
+		app.String(&cfg.EngineModel, cli.StringFlag{Name: "engine-model", Category: "Engine", Usage: "model `NAME` to request; the server must list it in /v1/models and answer with it (default: the first model it lists)"}),
+		app.Int(&cfg.EngineConcurrency, cli.IntFlag{Name: "engine-concurrency", Category: "Engine", Usage: "completion requests in flight to the server at most"}),
+		app.Float64(&in.Engine.TimeoutS, cli.Float64Flag{Name: "engine-timeout", Category: "Engine", Usage: "seconds one completion request may take; a timeout is not retried"}),
+		app.Int(&in.Engine.Attempts, cli.IntFlag{Name: "engine-attempts", Category: "Engine", Usage: "tries per completion request; only connection errors and 503 are retried, with backoff doubling from 0.5s"}),
 		app.Float64(&in.Client.TimeoutS, cli.Float64Flag{Name: "retriever-timeout", Category: "Runtime", Usage: "seconds one retrieval request may take"}),
 		app.Int(&in.Client.Attempts, cli.IntFlag{Name: "retriever-attempts", Category: "Runtime", Usage: "tries per retrieval request before the server counts as unreachable"}),
 	})

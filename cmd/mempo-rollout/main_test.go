@@ -22,6 +22,7 @@ func TestConfigReplay(t *testing.T) {
 	want.N, want.Context, want.MaxTurns, want.Temperature, want.TopP, want.TopK = 2, protocol.Mem1, 3, 0.5, 0.9, 20
 	want.MaxNewTokens, want.RetrievalTopK, want.PromptOffset, want.PromptLimit, want.PromptsPerShard = 16, 5, 4, 2, 3
 	want.RetrieverURL, want.Device, want.DType = "http://localhost:8000", "cuda", "float16"
+	want.Engine, want.EngineURL, want.EngineModel = rollout.EngineServer, "http://localhost:8001/v1", "policy"
 	want.Protocol = protocol.Default()
 	want.Protocol.Name, want.Protocol.System = "replayed", "You search."
 	got := command{cfg: rollout.DefaultConfig()}
@@ -42,6 +43,8 @@ func TestFlagRefusals(t *testing.T) {
 		{[]string{"--temperature", "NaN"}, "--temperature: NaN: want a finite number"},
 		{[]string{"--device", "tpu"}, `--device: "tpu": want cpu, cuda or cuda:N`},
 		{[]string{"--dtype", "int8"}, `--dtype: "int8": want float32, bfloat16 or float16`},
+		{[]string{"--engine", "gpu"}, `--engine "gpu": want local or server`},
+		{[]string{"--engine", "server"}, `--engine server needs --engine-url`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

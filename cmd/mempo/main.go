@@ -1,6 +1,7 @@
 // Command mempo holds the tools around the stage binaries: data import and
 // generation, index, model initialisation, SFT, evaluation, inspection and
-// verification of datasets, and a retrieval server.
+// verification of datasets, a retrieval server, a policy server, and a web viewer
+// of a run.
 package main
 
 import (
@@ -23,10 +24,12 @@ func main() {
 			indexCommand(),
 			initModelCommand(),
 			inspectCommand(),
+			servePolicyCommand(),
 			serveRetrieverCommand(),
 			sftCommand(),
 			verifyCommand(),
 			versionCommand(),
+			viewCommand(),
 		},
 	}
 	app.Prepare(a)

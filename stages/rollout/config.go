@@ -61,6 +61,16 @@ type Config struct {
 	// the shard at once). It bounds memory, not results, so it is not keyed: every
 	// request has its own random stream (see qwen2.Generate on batch independence).
 	MaxBatch int `json:"-"`
+	// Engine is where the policy generates: "" in this process, EngineServer on the
+	// completions server at EngineURL. A server's sampler may differ from this
+	// process's (vLLM's does), so the engine, its URL and model name are keyed;
+	// `mempo serve-policy` gives the in-process rows.
+	Engine      string `json:"engine,omitempty"`
+	EngineURL   string `json:"engine_url,omitempty"`
+	EngineModel string `json:"engine_model,omitempty"`
+	// EngineConcurrency bounds the requests in flight to the server; like MaxBatch it
+	// bounds load, not results.
+	EngineConcurrency int `json:"-"`
 }
 
 // DefaultConfig follows the paper: 16 samples, mempo context, 16 turns, plain sampling.
@@ -68,7 +78,7 @@ func DefaultConfig() Config {
 	return Config{
 		N: 16, Context: protocol.Mempo, MaxTurns: 16,
 		Temperature: 1, TopP: 1, TopK: 0, MaxNewTokens: 128,
-		RetrievalTopK: 3, PromptsPerShard: 8, Device: "cpu",
+		RetrievalTopK: 3, PromptsPerShard: 8, Device: "cpu", EngineConcurrency: 64,
 	}
 }
 
@@ -109,6 +119,16 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 0 {
 		return fmt.Errorf("--max-batch %d: want 0 (all at once) or more: %w", c.MaxBatch, ErrConfig)
 	}
+	switch {
+	case c.Engine != "" && c.Engine != EngineServer:
+		return fmt.Errorf("--engine %q: want local or server: %w", c.Engine, ErrConfig)
+	case c.Engine == EngineServer && c.EngineURL == "":
+		return fmt.Errorf("--engine server needs --engine-url (http://host:port of an OpenAI-compatible completions server): %w", ErrConfig)
+	case c.Engine == "" && (c.EngineURL != "" || c.EngineModel != ""):
+		return fmt.Errorf("--engine-url and --engine-model are for --engine server: %w", ErrConfig)
+	case c.EngineConcurrency < 0:
+		return fmt.Errorf("--engine-concurrency %d: want 1 or more: %w", c.EngineConcurrency, ErrConfig)
+	}
 	if c.Device == "" {
 		return fmt.Errorf("--device is empty: want cpu, cuda or cuda:N: %w", ErrConfig)
 	}
@@ -132,6 +152,8 @@ type Inputs struct {
 	// Client tunes the HTTP client of Config.RetrieverURL (timeouts, retries); its URL
 	// field is ignored.
 	Client search.ClientConfig
+	// Engine tunes the HTTP client of Config.EngineURL (timeout, retries).
+	Engine EngineClient
 }
 
 // selectPrompts applies PromptOffset and PromptLimit to the uid-sorted prompts and

@@ -136,17 +136,26 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 // this tokenization; the default tags are single special tokens.
 func stops(p *protocol.Protocol, tok protocol.Tokenizer) [][]int64 {
 	var out [][]int64
+	for _, s := range stopStrings(p) {
+		ids := tok.Encode(s)
+		if len(ids) == 0 {
+			continue
+		}
+		out = append(out, qwen2.Tokens(ids))
+	}
+	return out
+}
+
+// stopStrings are the texts of stops, each once: what a completions server is sent.
+func stopStrings(p *protocol.Protocol) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, s := range append(p.Stops(), p.Trailing...) {
 		if s == "" || seen[s] {
 			continue
 		}
 		seen[s] = true
-		ids := tok.Encode(s)
-		if len(ids) == 0 {
-			continue
-		}
-		out = append(out, qwen2.Tokens(ids))
+		out = append(out, s)
 	}
 	return out
 }

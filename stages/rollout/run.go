@@ -38,6 +38,9 @@ const Stage = "rollout"
 // hit costs the input digests only.
 func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Result, error) {
 	torch.BoundHeap()
+	if cfg.Engine == EngineServer {
+		return run(ctx, cfg, in, spec, serverLoader(in.Engine))
+	}
 	return run(ctx, cfg, in, spec, loadModel)
 }
 

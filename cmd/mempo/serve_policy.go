@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/cmd/internal/torchflag"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/serve"
+	"github.com/mempo/mempo/model/torch"
+)
+
+// servePolicyCmd is what 'mempo serve-policy' resolves its flags into; the limits
+// start from serve.DefaultConfig, so --help shows its defaults.
+type servePolicyCmd struct {
+	cfg           serve.Config
+	policy, name  string
+	addr          string
+	device, dtype string
+}
+
+func servePolicyCommand() *cli.Command {
+	s := &servePolicyCmd{cfg: serve.DefaultConfig(), addr: "127.0.0.1:8000", device: "cpu"}
+	return app.Command(&cli.Command{
+		Name:  "serve-policy",
+		Usage: "serve a policy checkpoint under an OpenAI-compatible /v1/completions subset",
+		Description: `Loads --policy once and answers POST /v1/completions for clients such as
+'mempo-rollout --engine server --engine-url http://ADDR'. A request's "prompt" is a
+list of token ids (a string is encoded with the checkpoint's tokenizer); it takes
+max_tokens, temperature (0 is greedy), top_p, top_k (0 or -1: all), seed (an
+integer of 64 bits; the same seed and prompt give the same tokens, whatever else is
+batched with them), stop (strings, kept at the end of the text as vLLM's
+include_stop_str_in_output does) and logprobs. The answer has vLLM's layout:
+choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
+{tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
+log-probs (top_logprobs is null: alternatives are not computed) and
+choices[0].token_ids, the generated ids (vLLM's and SGLang's return_token_ids field,
+always filled here). GET /v1/models lists the model as --served-model-name; GET
+/health answers {"status": "ok"}. Not supported: stream, n > 1, best_of, echo,
+chat completions.
+
+Batching: the first waiting request opens a batch, which takes up to --max-batch
+requests arriving within --batch-window-ms and runs them through one batched
+generate call per group of equal sampling settings. A batch runs to its end before
+the next starts; requests arriving meanwhile wait for it (no continuous batching).
+
+Every request is bounded (see Limits): a refused one gets {"error": {"message",
+"type", "code"}} naming the limit and its flag, with 413 for a body over
+--max-body-bytes, 400 for a malformed request or a field out of range, 404 for
+another model name, and 503 (with Retry-After) when --max-inflight requests are
+already held; requests beyond that are refused, not queued. SIGINT or SIGTERM
+stops accepting requests and lets those in flight finish.`,
+	}, s.flags(), s.run)
+}
+
+func (s *servePolicyCmd) flags() *app.Flags {
+	return app.Bind(nil, []app.Flag{
+		app.String(&s.policy, cli.StringFlag{Name: "policy", Category: "Policy server", Required: true, TakesFile: true,
+			Usage: "policy checkpoint `DIR` in HF layout (config.json, safetensors, tokenizer.json)"}),
+		app.String(&s.name, cli.StringFlag{Name: "served-model-name", Category: "Policy server",
+			Usage: "model `NAME` in /v1/models and answers (default: --policy as given, as vLLM names it)"}),
+		app.String(&s.addr, cli.StringFlag{Name: "addr", Category: "Policy server", Usage: "host:port to listen on"}),
+		app.Int(&s.cfg.MaxBatch, cli.IntFlag{Name: "max-batch", Category: "Policy server",
+			Usage: "requests per batched generate call at most"}),
+		app.Float64(&s.cfg.BatchWindowMS, cli.Float64Flag{Name: "batch-window-ms", Category: "Policy server",
+			Usage: "milliseconds a batch waits, after its first request, for more to join (0: only those already waiting)"}),
+	}, torchflag.Runtime(&s.device, &s.dtype), []app.Flag{
+		app.Int(&s.cfg.MaxTokens, cli.IntFlag{Name: "max-tokens", Category: "Limits", Usage: "largest max_tokens a request may ask for; more is refused with 400"}),
+		app.Int(&s.cfg.MaxStops, cli.IntFlag{Name: "max-stops", Category: "Limits", Usage: "most stop strings in one request; more is refused with 400"}),
+		app.Int(&s.cfg.MaxStopBytes, cli.IntFlag{Name: "max-stop-bytes", Category: "Limits", Usage: "longest stop string, in bytes; longer is refused with 400"}),
+		app.Int64(&s.cfg.MaxBodyBytes, cli.Int64Flag{Name: "max-body-bytes", Category: "Limits", Usage: "largest request body, in bytes; larger is refused with 413"}),
+		app.Int(&s.cfg.MaxInflight, cli.IntFlag{Name: "max-inflight", Category: "Limits", Usage: "most completion requests held at once, waiting or generating; one more is refused with 503"}),
+		app.Float64(&s.cfg.ReadHeaderTimeoutS, cli.Float64Flag{Name: "read-header-timeout", Category: "Limits", Usage: "seconds a client may take to send its request headers"}),
+		app.Float64(&s.cfg.ReadTimeoutS, cli.Float64Flag{Name: "read-timeout", Category: "Limits", Usage: "seconds a client may take to send a whole request, body included"}),
+		app.Float64(&s.cfg.WriteTimeoutS, cli.Float64Flag{Name: "write-timeout", Category: "Limits", Usage: "seconds from a request's headers to the end of its answer, waiting and generation included"}),
+		app.Float64(&s.cfg.IdleTimeoutS, cli.Float64Flag{Name: "idle-timeout", Category: "Limits", Usage: "seconds a keep-alive connection may wait for its next request"}),
+	})
+}
+
+func (s *servePolicyCmd) run(c *cli.Context) error {
+	if err := s.cfg.Validate(); err != nil {
+		return app.Usage(err)
+	}
+	torch.BoundHeap()
+	tok, err := bpe.Load(filepath.Join(s.policy, jobs.TokenizerFile))
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	m, err := qwen2.Load(s.policy, qwen2.Options{Device: s.device, DType: s.dtype})
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	defer m.Drop()
+	if err := m.Config.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
+		return fmt.Errorf("--policy %s: %w", s.policy, err)
+	}
+	name := s.name
+	if name == "" {
+		name = s.policy
+	}
+	log := slog.Default()
+	srv, err := serve.New(serve.Model{Name: name, Gen: m, Tok: tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", s.addr, err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("serving policy", "policy", s.policy, "model", name, "url", "http://"+ln.Addr().String()+"/v1")
+	return srv.Serve(ctx, ln)
+}

@@ -1,0 +1,321 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/sample"
+)
+
+// Handler serves POST /v1/completions, GET /v1/models and GET /health. A refused
+// request gets OpenAI's error body {"error": {"message", "type", "code"}} naming the
+// limit and its flag: 413 for a body over MaxBodyBytes, 400 for a malformed request
+// or a field out of range, 404 for another model name, 408 for a body not received
+// within the read timeout, and 503 with Retry-After when MaxInflight requests are
+// already held (refused, not queued). /health and /v1/models are not counted.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, ModelList{Object: "list", Data: []ModelCard{{
+			ID: s.m.Name, Object: "model", Created: s.now().Unix(), OwnedBy: "mempo", MaxModelLen: s.m.MaxPositions}}})
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+// refusal is a refused request: its status and the message its client gets.
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (e *refusal) Error() string { return e.msg }
+
+func refuse(status int, format string, args ...any) *refusal {
+	return &refusal{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) completions(w http.ResponseWriter, req *http.Request) {
+	if e := s.complete(w, req); e != nil {
+		s.log.Debug("rejected request", "status", e.status, "error", e.msg)
+		typ := "BadRequestError"
+		switch e.status {
+		case http.StatusNotFound:
+			typ = "NotFoundError"
+		case http.StatusServiceUnavailable:
+			typ = "ServiceUnavailableError"
+		case http.StatusInternalServerError:
+			typ = "InternalServerError"
+		}
+		writeJSON(w, e.status, ErrorResponse{Error: ErrorBody{Message: e.msg, Type: typ, Code: e.status}})
+	}
+}
+
+// complete answers one completion request, or returns why it is refused.
+func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
+	if req.ContentLength > s.cfg.MaxBodyBytes {
+		return refuse(http.StatusRequestEntityTooLarge, "body of %d bytes, larger than %d bytes (--max-body-bytes)",
+			req.ContentLength, s.cfg.MaxBodyBytes)
+	}
+	// The slot is taken before the body is read, so bodies in memory are bounded too.
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		return refuse(http.StatusServiceUnavailable,
+			"%d requests held, at most %d (--max-inflight); retry later", s.cfg.MaxInflight, s.cfg.MaxInflight)
+	}
+	var in CompletionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes))
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return refuse(http.StatusRequestEntityTooLarge, "body larger than %d bytes (--max-body-bytes)", s.cfg.MaxBodyBytes)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return refuse(http.StatusRequestTimeout, "body not received within %gs (--read-timeout)", s.cfg.ReadTimeoutS)
+		}
+		return refuse(http.StatusBadRequest, `body is not a completion request (%v); want {"prompt": [token ids], "max_tokens": 16, ...}`, err)
+	}
+	if in.Model != "" && in.Model != s.m.Name {
+		return refuse(http.StatusNotFound, "the model `%s` does not exist; this server serves `%s`", in.Model, s.m.Name)
+	}
+	// Past the write timeout the answer can no longer be sent: a job still waiting
+	// then is dropped from its batch.
+	ctx, cancel := context.WithTimeout(req.Context(), seconds(s.cfg.WriteTimeoutS))
+	defer cancel()
+	j, e := s.job(ctx, in)
+	if e != nil {
+		return e
+	}
+	select {
+	case s.queue <- j:
+	default: // cannot happen while slots bound the queue
+		return refuse(http.StatusServiceUnavailable, "queue full; retry later")
+	}
+	var r result
+	select {
+	case r = <-j.done:
+	case <-ctx.Done():
+		// The batcher still sends to j.done (buffered) when it reaches the job.
+		if req.Context().Err() != nil {
+			return nil // the client left
+		}
+		return refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
+	}
+	if r.err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return refuse(http.StatusInternalServerError, "generate: %v", r.err)
+	}
+	writeJSON(w, http.StatusOK, s.response(in, j, r.c))
+	return nil
+}
+
+// job checks a request against the model and the limits and turns it into a job.
+func (s *Server) job(ctx context.Context, in CompletionRequest) (*job, *refusal) {
+	switch {
+	case in.Stream:
+		return nil, refuse(http.StatusBadRequest, "stream is not supported; send stream false")
+	case in.N != nil && *in.N != 1:
+		return nil, refuse(http.StatusBadRequest, "n %d: one completion per request is supported (send one request per sample, each with its seed)", *in.N)
+	case in.BestOf != nil && *in.BestOf != 1:
+		return nil, refuse(http.StatusBadRequest, "best_of %d is not supported; want 1", *in.BestOf)
+	case in.Echo:
+		return nil, refuse(http.StatusBadRequest, "echo is not supported")
+	case in.Logprobs != nil && *in.Logprobs < 0:
+		return nil, refuse(http.StatusBadRequest, "logprobs %d: want 0 or more", *in.Logprobs)
+	}
+	prompt, e := s.prompt(in.Prompt)
+	if e != nil {
+		return nil, e
+	}
+	cfg := sample.Config{Temperature: 1, TopP: 1, MaxNewTokens: 16}
+	if in.MaxTokens != nil {
+		cfg.MaxNewTokens = *in.MaxTokens
+	}
+	if cfg.MaxNewTokens < 1 || cfg.MaxNewTokens > s.cfg.MaxTokens {
+		return nil, refuse(http.StatusBadRequest, "max_tokens %d: want 1..%d (--max-tokens)", cfg.MaxNewTokens, s.cfg.MaxTokens)
+	}
+	if in.Temperature != nil {
+		cfg.Temperature = *in.Temperature
+	}
+	if in.TopP != nil {
+		cfg.TopP = *in.TopP
+	}
+	if in.TopK != nil && *in.TopK != -1 {
+		cfg.TopK = *in.TopK
+	}
+	stops, e := s.stops(in.Stop)
+	if e != nil {
+		return nil, e
+	}
+	for _, st := range stops {
+		cfg.Stop = append(cfg.Stop, qwen2.Tokens(s.m.Tok.Encode(st)))
+	}
+	if math.IsInf(cfg.Temperature, 0) {
+		return nil, refuse(http.StatusBadRequest, "temperature %v: want a finite temperature >= 0", cfg.Temperature)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, refuse(http.StatusBadRequest, "%v", err)
+	}
+	seed := mrand.Uint64()
+	if in.Seed != nil {
+		var ok bool
+		if seed, ok = parseSeed(string(*in.Seed)); !ok {
+			return nil, refuse(http.StatusBadRequest, "seed %s: want an integer within 64 bits", *in.Seed)
+		}
+	}
+	key, _ := json.Marshal(cfg) // a struct of numbers and lists: never fails
+	return &job{ctx: ctx, req: qwen2.Request{Prompt: prompt, Seed: seed}, cfg: cfg, key: string(key), done: make(chan result, 1)}, nil
+}
+
+// parseSeed reads a seed as int64 (reinterpreted as the uint64 stream, as clients
+// bound by vLLM's signed range send it) or as uint64.
+func parseSeed(s string) (uint64, bool) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return uint64(n), true
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// prompt reads a list of token ids, or a string it encodes, and checks it against
+// the model.
+func (s *Server) prompt(raw json.RawMessage) ([]int64, *refusal) {
+	raw = bytes.TrimSpace(raw)
+	var ids []int64
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return nil, refuse(http.StatusBadRequest, `"prompt" is required: a list of token ids or a string`)
+	case raw[0] == '"':
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, refuse(http.StatusBadRequest, `"prompt": %v`, err)
+		}
+		ids = qwen2.Tokens(s.m.Tok.Encode(text))
+	default:
+		if err := json.Unmarshal(raw, &ids); err != nil {
+			return nil, refuse(http.StatusBadRequest, `"prompt" is not a list of token ids or a string (one prompt per request): %v`, err)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, refuse(http.StatusBadRequest, `"prompt" is empty`)
+	}
+	if len(ids) >= s.m.MaxPositions {
+		return nil, refuse(http.StatusBadRequest, "prompt of %d tokens leaves no room for a completion within the model's %d positions (max_model_len)",
+			len(ids), s.m.MaxPositions)
+	}
+	for i, id := range ids {
+		if id < 0 || id >= int64(s.m.VocabSize) {
+			return nil, refuse(http.StatusBadRequest, "prompt token %d is id %d, outside the vocabulary of %d", i, id, s.m.VocabSize)
+		}
+	}
+	return ids, nil
+}
+
+// stops reads "stop": a string or a list of strings, within the limits.
+func (s *Server) stops(raw json.RawMessage) ([]string, *refusal) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []string
+	if raw[0] == '"' {
+		list = make([]string, 1)
+		if err := json.Unmarshal(raw, &list[0]); err != nil {
+			return nil, refuse(http.StatusBadRequest, `"stop": %v`, err)
+		}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, refuse(http.StatusBadRequest, `"stop" is not a string or a list of strings: %v`, err)
+	}
+	if len(list) > s.cfg.MaxStops {
+		return nil, refuse(http.StatusBadRequest, "%d stop strings, at most %d (--max-stops)", len(list), s.cfg.MaxStops)
+	}
+	var out []string
+	for i, st := range list {
+		if len(st) > s.cfg.MaxStopBytes {
+			return nil, refuse(http.StatusBadRequest, "stop string %d is %d bytes, at most %d (--max-stop-bytes)", i, len(st), s.cfg.MaxStopBytes)
+		}
+		if st != "" && len(s.m.Tok.Encode(st)) > 0 {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// response builds vLLM's answer to one completion. The text keeps the stop string
+// (vLLM's include_stop_str_in_output): a rollout records the closing tag. A
+// log-prob that is not finite is written as -9999, as vLLM does, JSON having no
+// infinity.
+func (s *Server) response(in CompletionRequest, j *job, c qwen2.Completion) CompletionResponse {
+	ids := make([]int32, len(c.Tokens))
+	for i, t := range c.Tokens {
+		ids[i] = int32(t)
+	}
+	text := strings.ToValidUTF8(s.m.Tok.Decode(ids), "\uFFFD")
+	choice := Choice{Text: text, FinishReason: c.Finish, TokenIDs: ids}
+	if c.Finish == qwen2.FinishStop {
+		stops, _ := s.stops(in.Stop)
+		for _, st := range stops {
+			if sample.Stopped(c.Tokens, [][]int64{qwen2.Tokens(s.m.Tok.Encode(st))}) {
+				choice.StopReason = &st
+				break
+			}
+		}
+	}
+	if in.Logprobs != nil {
+		lp := &Logprobs{Tokens: make([]string, len(ids)), TokenLogprobs: make([]*float64, len(ids)),
+			TopLogprobs: make([]json.RawMessage, len(ids)), TextOffset: make([]int, len(ids))}
+		off := 0
+		for i, id := range ids {
+			if in.AsIDs {
+				lp.Tokens[i] = TokenAsID(id)
+			} else {
+				lp.Tokens[i] = strings.ToValidUTF8(s.m.Tok.Decode(ids[i:i+1]), "\uFFFD")
+			}
+			v := float64(c.LogProbs[i]) // exact: a float32 widened
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				v = -9999
+			}
+			lp.TokenLogprobs[i] = &v
+			lp.TopLogprobs[i] = json.RawMessage("null")
+			lp.TextOffset[i] = off
+			off += len(lp.Tokens[i])
+		}
+		choice.Logprobs = lp
+	}
+	return CompletionResponse{ID: "cmpl-" + randomID(), Object: "text_completion", Created: s.now().Unix(),
+		Model: s.m.Name, Choices: []Choice{choice},
+		Usage: Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: len(ids), TotalTokens: len(j.req.Prompt) + len(ids)}}
+}
+
+func randomID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) // the status is sent; a write error here means the client left
+}
