@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+
+	"github.com/mempo/mempo/internal/httpserve"
 )
 
 // NewHandler serves r under the Search-R1 retrieval API: POST /retrieve (see
@@ -90,7 +92,7 @@ func (h *handler) answer(w http.ResponseWriter, req *http.Request, body *bodyRea
 		return refuse(http.StatusBadRequest, "topk %d, want 1..%d (--max-topk)", topk, h.cfg.MaxTopK)
 	}
 	// Past the write timeout the answer can no longer be sent: stop searching then.
-	ctx, cancel := context.WithTimeout(req.Context(), seconds(h.cfg.WriteTimeoutS))
+	ctx, cancel := context.WithTimeout(req.Context(), httpserve.Seconds(h.cfg.WriteTimeoutS))
 	defer cancel()
 	hits, err := h.r.Retrieve(ctx, in.Queries, topk)
 	if err != nil {

@@ -6,7 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
+
+	"github.com/mempo/mempo/internal/httpserve"
 )
 
 // ServerConfig configures the retrieval server (`mempo serve-retriever`). Each limit
@@ -103,36 +104,16 @@ func (c ServerConfig) Validate() error {
 	if c.DefaultTopK > c.MaxTopK {
 		return fmt.Errorf("--topk %d, --max-topk %d: want topk <= max-topk: %w", c.DefaultTopK, c.MaxTopK, ErrConfig)
 	}
-	for _, f := range []struct {
-		flag string
-		s    float64
-	}{
-		{"--read-header-timeout", c.ReadHeaderTimeoutS},
-		{"--read-timeout", c.ReadTimeoutS},
-		{"--write-timeout", c.WriteTimeoutS},
-		{"--idle-timeout", c.IdleTimeoutS},
-	} {
-		if !(f.s > 0) || seconds(f.s) <= 0 {
-			return fmt.Errorf("%s %g: want a positive number of seconds: %w", f.flag, f.s, ErrConfig)
-		}
+	if err := c.timeouts().Check(); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrConfig)
 	}
 	return nil
 }
 
-// seconds converts a timeout in seconds; it saturates rather than overflows.
-func seconds(s float64) time.Duration {
-	const most = float64(1<<63 - 1)
-	if d := s * float64(time.Second); d < most {
-		return time.Duration(d)
-	}
-	return 1<<63 - 1
+// timeouts are the connection timeouts of c.
+func (c ServerConfig) timeouts() httpserve.Timeouts {
+	return httpserve.Timeouts{ReadHeader: c.ReadHeaderTimeoutS, Read: c.ReadTimeoutS, Write: c.WriteTimeoutS, Idle: c.IdleTimeoutS}
 }
-
-// shutdownGrace is how long in-flight requests may finish after a stop signal.
-const shutdownGrace = 10 * time.Second
-
-// maxHeaderBytes bounds a request's headers: this API's are a few hundred bytes.
-const maxHeaderBytes = 64 << 10
 
 // Serve answers HTTP on ln with h, under cfg's timeouts, until ctx is done, then
 // stops accepting, lets in-flight requests finish for up to 10 s and returns nil. It
@@ -140,35 +121,6 @@ const maxHeaderBytes = 64 << 10
 // headers or its body, loses its connection when the read timeout passes, and
 // holds up no other client meanwhile.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg ServerConfig, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	cfg = cfg.withDefaults()
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: seconds(cfg.ReadHeaderTimeoutS),
-		ReadTimeout:       seconds(cfg.ReadTimeoutS),
-		WriteTimeout:      seconds(cfg.WriteTimeoutS),
-		IdleTimeout:       seconds(cfg.IdleTimeoutS),
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	log.Info("retrieval server listening", "addr", ln.Addr().String())
-	select {
-	case err := <-done:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	log.Info("retrieval server shutting down", "addr", ln.Addr().String())
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-		<-done
-		return fmt.Errorf("serve %s: shutdown: %w", ln.Addr(), err)
-	}
-	<-done // http.ErrServerClosed
-	return nil
+	return httpserve.Serve(ctx, ln, h, cfg.timeouts(), "retrieval server", log)
 }

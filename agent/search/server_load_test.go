@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mempo/mempo/internal/httpserve"
 )
 
 // serveOn serves h with Serve under cfg on a loopback listener until the test ends.
@@ -319,11 +321,11 @@ func TestServeUnderLoad(t *testing.T) {
 			if i >= stalledBodies {
 				partial = stalledHeadersRequest
 			}
-			_, after, err := stall(addr, partial, seconds(readTimeoutS)+5*time.Second)
+			_, after, err := stall(addr, partial, httpserve.Seconds(readTimeoutS)+5*time.Second)
 			switch {
 			case err != nil:
 				report("stalled client: %v", err)
-			case after > seconds(readTimeoutS)+3*time.Second:
+			case after > httpserve.Seconds(readTimeoutS)+3*time.Second:
 				report("stalled client: closed %v after its last byte, want about the %gs read timeout", after, readTimeoutS)
 			}
 		})

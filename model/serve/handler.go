@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mempo/mempo/internal/httpserve"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -99,7 +100,7 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
 	}
 	// Past the write timeout the answer can no longer be sent: a job still waiting
 	// then is dropped from its batch.
-	ctx, cancel := context.WithTimeout(req.Context(), seconds(s.cfg.WriteTimeoutS))
+	ctx, cancel := context.WithTimeout(req.Context(), httpserve.Seconds(s.cfg.WriteTimeoutS))
 	defer cancel()
 	j, e := s.job(ctx, in)
 	if e != nil {

@@ -19,9 +19,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
+	"github.com/mempo/mempo/internal/httpserve"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -104,27 +104,15 @@ func (c Config) Validate() error {
 	if !(c.BatchWindowMS >= 0) {
 		return fmt.Errorf("--batch-window-ms %g: want 0 or more: %w", c.BatchWindowMS, ErrConfig)
 	}
-	for _, f := range []struct {
-		flag string
-		s    float64
-	}{
-		{"--read-header-timeout", c.ReadHeaderTimeoutS}, {"--read-timeout", c.ReadTimeoutS},
-		{"--write-timeout", c.WriteTimeoutS}, {"--idle-timeout", c.IdleTimeoutS},
-	} {
-		if !(f.s > 0) || seconds(f.s) <= 0 {
-			return fmt.Errorf("%s %g: want a positive number of seconds: %w", f.flag, f.s, ErrConfig)
-		}
+	if err := c.timeouts().Check(); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrConfig)
 	}
 	return nil
 }
 
-// seconds converts seconds to a duration, saturating rather than overflowing.
-func seconds(s float64) time.Duration {
-	const most = float64(1<<63 - 1)
-	if d := s * float64(time.Second); d < most {
-		return time.Duration(d)
-	}
-	return 1<<63 - 1
+// timeouts are the connection timeouts of c.
+func (c Config) timeouts() httpserve.Timeouts {
+	return httpserve.Timeouts{ReadHeader: c.ReadHeaderTimeoutS, Read: c.ReadTimeoutS, Write: c.WriteTimeoutS, Idle: c.IdleTimeoutS}
 }
 
 // Server batches completion requests onto one model. Its lifecycle: New, then Run
@@ -251,9 +239,6 @@ func (s *Server) generate(batch []*job) {
 	}
 }
 
-// shutdownGrace is how long in-flight requests may finish after a stop signal.
-const shutdownGrace = 10 * time.Second
-
 // Serve runs s's batcher and answers HTTP on ln under cfg's timeouts until ctx is
 // done, then stops accepting, lets in-flight requests finish for up to 10 s and
 // returns nil. It returns an error only when serving itself fails.
@@ -262,30 +247,5 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	batcher := make(chan struct{})
 	go func() { s.Run(bctx); close(batcher) }()
 	defer func() { stop(); <-batcher }()
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: seconds(s.cfg.ReadHeaderTimeoutS),
-		ReadTimeout:       seconds(s.cfg.ReadTimeoutS),
-		WriteTimeout:      seconds(s.cfg.WriteTimeoutS),
-		IdleTimeout:       seconds(s.cfg.IdleTimeoutS),
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	s.log.Info("policy server listening", "addr", ln.Addr().String(), "model", s.m.Name)
-	select {
-	case err := <-done:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-		<-done
-		return fmt.Errorf("serve %s: shutdown: %w", ln.Addr(), err)
-	}
-	<-done // http.ErrServerClosed
-	return nil
+	return httpserve.Serve(ctx, ln, s.Handler(), s.cfg.timeouts(), "policy server", s.log)
 }

@@ -20,15 +20,7 @@ const rssChild = "MEMPO_LOGPROB_RSS_SEQUENCES"
 // BenchmarkPeakRSS reports the peak RSS of the log-prob stage scoring 1k and 10k
 // sequences (64 tokens each, 250 per shard, old and ref passes). DESIGN.md §10: peak
 // memory stays bounded as the dataset grows, so the ratio should be close to 1.
-func BenchmarkPeakRSS(b *testing.B) {
-	var peak []float64
-	for b.Loop() {
-		peak = torchtest.PeakRSSSizes(b, "TestPeakRSSChild", rssChild, []int{1000, 10000})
-	}
-	b.ReportMetric(peak[0], "MB_peak_1k")
-	b.ReportMetric(peak[1], "MB_peak_10k")
-	b.ReportMetric(peak[1]/peak[0], "10k/1k")
-}
+func BenchmarkPeakRSS(b *testing.B) { torchtest.ReportPeakRSS(b, "TestPeakRSSChild", rssChild) }
 
 // TestPeakRSSChild is BenchmarkPeakRSS's child process; it does nothing in a normal run.
 func TestPeakRSSChild(t *testing.T) {

@@ -38,6 +38,19 @@ func PeakRSSSizes(b *testing.B, child, env string, sizes []int) []float64 {
 	return peaks
 }
 
+// ReportPeakRSS runs the test named child for 1k and then 10k items (PeakRSSSizes)
+// and reports both peaks and their ratio: a stage whose memory is bounded by its batch,
+// not its dataset, reports a ratio close to 1.
+func ReportPeakRSS(b *testing.B, child, env string) {
+	var peak []float64
+	for b.Loop() {
+		peak = PeakRSSSizes(b, child, env, []int{1000, 10000})
+	}
+	b.ReportMetric(peak[0], "MB_peak_1k")
+	b.ReportMetric(peak[1], "MB_peak_10k")
+	b.ReportMetric(peak[1]/peak[0], "10k/1k")
+}
+
 // ChildSize is the size a child test was started with, or false in a normal run,
 // where the child test should return at once.
 func ChildSize(env string) (int, bool) {
