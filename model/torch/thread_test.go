@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sugarme/gotch"
 )
 
 // TestDo checks the torch thread's contract: calls from any goroutine run on one OS
@@ -46,5 +48,27 @@ func TestDo(t *testing.T) {
 	}()
 	if !errors.Is(err, want) {
 		t.Errorf("Do(panic(%v)) caught as %v, want an error wrapping it", want, err)
+	}
+}
+
+// TestSetNumThreadsReachesTorchThread: OpenMP keeps a thread count per OS thread and
+// libtorch sets a thread's own on its first parallel op, so the torch thread, once
+// used, must follow later SetNumThreads calls made from other threads.
+func TestSetNumThreadsReachesTorchThread(t *testing.T) {
+	old := NumThreads()
+	defer SetNumThreads(old)
+	for _, n := range []int{1, 2, 1} {
+		if err := SetNumThreads(n); err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		Do(func() {
+			x := RawFromHost(make([]float32, 1<<16), []int64{1 << 16}, gotch.CPU)
+			x.Free() // a parallel-capable op, so the torch thread's count is initialised
+			got = NumThreads()
+		})
+		if got != n {
+			t.Errorf("after SetNumThreads(%d): the torch thread runs %d threads", n, got)
+		}
 	}
 }
