@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/mempo/mempo/internal/wait"
 )
 
 // ClientConfig configures a Client of a Search-R1 retrieval server.
@@ -75,7 +77,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		attempts: orDefault(cfg.Attempts, DefaultAttempts),
 		backoff:  time.Duration(backoff * float64(time.Second)),
 		maxBatch: orDefault(cfg.MaxBatch, DefaultMaxBatch),
-		sleep:    sleepCtx,
+		sleep:    wait.Sleep,
 	}, nil
 }
 
@@ -99,17 +101,6 @@ func endpointURL(raw string) (string, error) {
 		u.Path = "/retrieve"
 	}
 	return u.String(), nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // URL is the endpoint the client posts to.

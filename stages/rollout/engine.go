@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/internal/wait"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/serve"
@@ -95,18 +96,7 @@ func newRemote(cfg Config, client EngineClient, maxPositions int) *remote {
 	return &remote{base: base, model: cfg.EngineModel,
 		client: &http.Client{Timeout: time.Duration(client.TimeoutS * float64(time.Second))},
 		cfg:    cfg, stops: stopStrings(cfg.Protocol), maxPositions: maxPositions,
-		concurrency: max(cfg.EngineConcurrency, 1), attempts: max(client.Attempts, 1), sleep: sleepCtx}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+		concurrency: max(cfg.EngineConcurrency, 1), attempts: max(client.Attempts, 1), sleep: wait.Sleep}
 }
 
 // open checks that the server answers and serves --engine-model; without it, the
