@@ -38,7 +38,9 @@ func TestServeStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	go func() { done <- Serve(ctx, ln, h, Timeouts{ReadHeader: 1, Read: 1, Write: 1, Idle: 1}, "test server", nil) }()
+	go func() {
+		done <- Serve(ctx, ln, h, Timeouts{ReadHeader: 1, Read: 1, Write: 1, Idle: 1}, "test server", nil)
+	}()
 	res, err := http.Get("http://" + ln.Addr().String() + "/")
 	if err != nil {
 		t.Fatal(err)
