@@ -1,17 +1,14 @@
 package jobs
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/procstat"
 )
 
 // MetricsName is the per-shard metrics file written beside the manifest (and the
@@ -85,19 +82,8 @@ func (r *runner) writeMetrics(dir string, recs []record, m *format.Manifest) err
 // peakRSSMB is the process's peak resident set in MiB: VmHWM from /proc/self/status,
 // else getrusage's ru_maxrss (KiB on Linux); 0 when neither is available.
 func peakRSSMB() float64 {
-	if f, err := os.Open("/proc/self/status"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
-			if !ok {
-				continue
-			}
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			if err == nil {
-				return kb / 1024
-			}
-		}
+	if mb := procstat.MB("VmHWM"); mb > 0 {
+		return mb
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {

@@ -2,14 +2,12 @@ package train
 
 import (
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 )
@@ -91,22 +89,6 @@ func usage(tb testing.TB) syscall.Rusage {
 	return ru
 }
 
-// statusMB is a field of /proc/self/status in MB (VmRSS: resident now, VmHWM: peak),
-// 0 where there is none.
-func statusMB(field string) float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == field+":" {
-			kb, _ := strconv.Atoi(f[1])
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
-
 // ms is tv in milliseconds.
 func ms(tv syscall.Timeval) float64 { return float64(tv.Sec)*1e3 + float64(tv.Usec)/1e3 }
 
@@ -130,7 +112,7 @@ func BenchmarkMicroBackward(b *testing.B) {
 				b.Fatal(err)
 			}
 			f.micro(b) // and a second fills the heap as every later one will
-			before, rss := usage(b), statusMB("VmRSS")
+			before, rss := usage(b), procstat.MB("VmRSS")
 			var best time.Duration
 			for b.Loop() {
 				t := time.Now()
@@ -143,8 +125,8 @@ func BenchmarkMicroBackward(b *testing.B) {
 			b.ReportMetric(float64(after.Minflt-before.Minflt)/n, "minflt/op")
 			b.ReportMetric((ms(after.Stime)-ms(before.Stime))/n, "sys-ms/op")
 			b.ReportMetric((ms(after.Utime)-ms(before.Utime))/n, "user-ms/op")
-			b.ReportMetric(statusMB("VmRSS")-rss, "rss-growth-MB")
-			b.ReportMetric(statusMB("VmHWM"), "peak-rss-MB")
+			b.ReportMetric(procstat.MB("VmRSS")-rss, "rss-growth-MB")
+			b.ReportMetric(procstat.MB("VmHWM"), "peak-rss-MB")
 			b.ReportMetric(float64(best.Microseconds())/1e3, "best-ms")
 		})
 	}
@@ -192,7 +174,7 @@ func TestMicroAccumulatesIntoFlatGrads(t *testing.T) {
 // when they ran on the calling threads); through the torch thread (torch.Do) it stays
 // within 32 MB (measured: -48 to +8 MB).
 func TestMicroRSSFlat(t *testing.T) {
-	if statusMB("VmRSS") == 0 {
+	if procstat.MB("VmRSS") == 0 {
 		t.Skip("no VmRSS in /proc/self/status on this platform")
 	}
 	f := newMicroFixture(t, "tiny", 1, 4)
@@ -222,13 +204,13 @@ func TestMicroRSSFlat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := statusMB("VmRSS")
+	base := procstat.MB("VmRSS")
 	on(0)
-	warm := statusMB("VmRSS")
+	warm := procstat.MB("VmRSS")
 	for k := range 6 {
 		on(k % len(threads))
 	}
-	grew := statusMB("VmRSS") - warm
+	grew := procstat.MB("VmRSS") - warm
 	t.Logf("RSS %.0f MB, %.0f MB after the first micro-batch, grew %.0f MB over 6 more on 3 threads", base, warm, grew)
 	if grew > 32 {
 		t.Errorf("RSS grew %.0f MB over 6 micro-batches after the first, want <= 32", grew)

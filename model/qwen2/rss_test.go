@@ -1,30 +1,21 @@
 package qwen2
 
 import (
-	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/model/torch"
 )
 
 func rssKB(t *testing.T) int {
 	t.Helper()
 	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip("no /proc/self/status on this platform")
+	kb, ok := procstat.KB("VmRSS")
+	if !ok {
+		t.Skip("no VmRSS in /proc/self/status on this platform")
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == "VmRSS:" {
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	t.Fatal("VmRSS missing from /proc/self/status")
-	return 0
+	return int(kb)
 }
 
 // TestRSSFlat runs 1500 forward passes after a warm-up and checks resident memory

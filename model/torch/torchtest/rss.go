@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mempo/mempo/internal/procstat"
 )
 
 // The peak RSS of a process never falls, so a benchmark that compares peaks for
@@ -72,21 +74,11 @@ func ResetPeakRSS(t testing.TB) {
 // PrintPeakRSS prints the process's peak RSS since ResetPeakRSS (VmHWM) in the line
 // PeakRSSSizes reads.
 func PrintPeakRSS(t testing.TB) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
+	mb := procstat.MB("VmHWM")
+	if mb == 0 {
+		t.Fatal("/proc/self/status has no VmHWM")
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			if err != nil {
-				t.Fatalf("VmHWM %q: %v", rest, err)
-			}
-			fmt.Printf("peak_rss_mb %.1f\n", kb/1024)
-			return
-		}
-	}
-	t.Fatal("/proc/self/status has no VmHWM")
+	fmt.Printf("peak_rss_mb %.1f\n", mb)
 }
 
 func lastPeak(out string) (float64, bool) {
