@@ -119,6 +119,12 @@ func BudgetBatches(idx []int, length func(int) int, budget int) [][]int {
 		return [][]int{order}
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return length(b) - length(a) })
+	return SplitBudget(order, length, budget)
+}
+
+// SplitBudget cuts order, as it is, into consecutive batches of at most budget rows ×
+// longest length; an item longer than the budget gets a batch of its own.
+func SplitBudget(order []int, length func(int) int, budget int) [][]int {
 	var out [][]int
 	var cur []int
 	width := 0

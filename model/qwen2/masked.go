@@ -267,20 +267,17 @@ func (m *Model) branches(trunk *Cache, brs []treeBranch) (torch.Raw, []int) {
 // branchBatches splits brs, in order, into batches of at most budget rows × (past +
 // longest branch) slots; a branch that alone exceeds it gets a batch of its own.
 func branchBatches(brs []treeBranch, past, budget int) [][]treeBranch {
-	var out [][]treeBranch
-	var cur []treeBranch
-	width := 0
-	for _, b := range brs {
-		w := max(width, len(b.IDs))
-		if len(cur) > 0 && (len(cur)+1)*(past+w) > budget {
-			out = append(out, cur)
-			cur, w = nil, len(b.IDs)
-		}
-		cur = append(cur, b)
-		width = w
+	order := make([]int, len(brs))
+	for i := range order {
+		order[i] = i
 	}
-	if len(cur) > 0 {
-		out = append(out, cur)
+	var out [][]treeBranch
+	for _, batch := range SplitBudget(order, func(i int) int { return past + len(brs[i].IDs) }, budget) {
+		sub := make([]treeBranch, len(batch))
+		for k, i := range batch {
+			sub[k] = brs[i]
+		}
+		out = append(out, sub)
 	}
 	return out
 }

@@ -162,19 +162,8 @@ func plan(examples []example, train []int, epochs, budget int, rng *rand.Rand) [
 	for e := range epochs {
 		order := slices.Clone(train)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		var cur []int
-		width := 0
-		for _, i := range order {
-			w := max(width, examples[i].len())
-			if len(cur) > 0 && (len(cur)+1)*w > budget {
-				out = append(out, batch{Epoch: e, Examples: cur})
-				cur, w = nil, examples[i].len()
-			}
-			cur = append(cur, i)
-			width = w
-		}
-		if len(cur) > 0 {
-			out = append(out, batch{Epoch: e, Examples: cur})
+		for _, b := range qwen2.SplitBudget(order, func(i int) int { return examples[i].len() }, budget) {
+			out = append(out, batch{Epoch: e, Examples: b})
 		}
 	}
 	return out
