@@ -70,7 +70,7 @@ func prefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
 		for k := g[0]; k <= g[1]; k++ {
 			p := pairs[order[k]]
 			rest := p.Context[shared:]
-			ids := append(slices.Clip(slices.Clone(rest)), p.Response...)
+			ids := slices.Concat(rest, p.Response)
 			tr.Branches = append(tr.Branches, Branch{Prefix: shared, IDs: ids, From: len(rest)})
 			idx = append(idx, order[k])
 		}
