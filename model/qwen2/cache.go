@@ -79,10 +79,10 @@ func (c *Cache) Keep(rows []int64) {
 	}
 }
 
-// copyRows returns a new cache of the given rows of c, in that order, with c's filled
-// slots and room for capacity slots in all.
-func (c *Cache) copyRows(rows []int64, capacity int) *Cache {
-	out := &Cache{len: c.len, cap: int64(capacity), device: c.device}
+// copyRows returns a new cache of the given rows of c, in that order, with c's first
+// filled slots (at most c.Len()) and room for capacity slots in all.
+func (c *Cache) copyRows(rows []int64, filled, capacity int) *Cache {
+	out := &Cache{len: int64(filled), cap: int64(capacity), device: c.device}
 	idx := torch.RawFromHost(rows, []int64{int64(len(rows))}, c.device)
 	defer idx.Free()
 	for _, l := range c.layers {
@@ -93,11 +93,11 @@ func (c *Cache) copyRows(rows []int64, capacity int) *Cache {
 		}{{&nl.k, l.k}, {&nl.v, l.v}} {
 			size := p.src.Size()
 			*p.dst = torch.RawZeros([]int64{int64(len(rows)), size[1], out.cap, size[3]}, p.src.DType(), c.device)
-			filled := p.src.Narrow(2, 0, c.len)
-			picked := filled.IndexSelect(0, idx)
-			dst := p.dst.Narrow(2, 0, c.len)
+			src := p.src.Narrow(2, 0, out.len)
+			picked := src.IndexSelect(0, idx)
+			dst := p.dst.Narrow(2, 0, out.len)
 			dst.CopyFrom(picked)
-			torch.Free(filled, picked, dst)
+			torch.Free(src, picked, dst)
 		}
 		out.layers = append(out.layers, nl)
 	}

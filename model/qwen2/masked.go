@@ -3,6 +3,7 @@ package qwen2
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
@@ -58,7 +59,7 @@ func (m *Model) checkTree(t Tree) error {
 
 // BranchLogProbs scores every branch of every tree without gradients:
 // out[tree][branch][j-From] = log π(IDs[j] | Trunk[:Prefix], IDs[:j]). Trees are
-// batched to cfg.TokenBudget (rows × longest trunk, longest first; a trunk longer than
+// batched to cfg.TokenBudget (rows × longest trunk, in treeOrder; a trunk longer than
 // the budget gets a batch of its own), and so are the branch rows over each batch's trunks;
 // logits go through the chunked selective log-softmax of LogProbs, so [tokens, vocab]
 // never exists.
@@ -74,12 +75,8 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 	defer runtime.UnlockOSThread()
 	defer torch.SetGrad(torch.SetGrad(false))
 	out = make([][][]float32, len(trees))
-	all := make([]int, len(trees))
-	for i := range all {
-		all[i] = i
-	}
 	trunk := func(i int) int { return len(trees[i].Trunk) }
-	for _, batch := range BudgetBatches(all, trunk, cfg.TokenBudget) {
+	for _, batch := range SplitBudget(treeOrder(trees), trunk, cfg.TokenBudget) {
 		sub := make([]Tree, len(batch))
 		for j, i := range batch {
 			sub[j] = trees[i]
@@ -102,6 +99,23 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 	return out, nil
 }
 
+// treeOrder orders trees for batching: trees whose trunks share leading tokens
+// (prefixRuns) stay adjacent, so a batch holding them runs the shared tokens once
+// (see trunks); runs go longest trunk first, and so do the trees within a run.
+func treeOrder(trees []Tree) []int {
+	seqs := make([][]int64, len(trees))
+	for i, t := range trees {
+		seqs[i] = t.Trunk
+	}
+	runs, _ := prefixRuns(seqs)
+	longer := func(a, b int) int { return len(seqs[b]) - len(seqs[a]) }
+	for _, run := range runs {
+		slices.SortStableFunc(run, longer)
+	}
+	slices.SortStableFunc(runs, func(a, b []int) int { return longer(a[0], b[0]) })
+	return slices.Concat(runs...)
+}
+
 // treeChunk is how many trunk slots one forward step of branchBatch computes: the
 // trunks run through a KV cache chunk by chunk, so the attention intermediates stay
 // [rows, heads, chunk, width] instead of [rows, heads, width, width]. Measured on the
@@ -112,12 +126,12 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 // log-probs.
 var treeChunk = 256
 
-// branchBatch scores a batch of trees in two steps. The trunks run as one
-// right-padded batch, treeChunk slots at a time, into a KV cache; then the branches run
-// as rows over a copy of their tree's cached trunk, each row seeing trunk slots before
-// its Prefix and its own tokens. Every trunk token is computed once however many
-// branches continue it, no branch attends to another, and the scored log-probs come
-// back flattened tree by tree, branch by branch.
+// branchBatch scores a batch of trees. The trunks run first, treeChunk slots at a
+// time, into a KV cache (see trunks: leading tokens that several trunks share run
+// once); then the branches run as rows over a copy of their tree's cached trunk, each
+// row seeing the trunk slots before its Prefix and its own tokens. Every trunk token
+// is computed once however many branches continue it, no branch attends to another,
+// and the scored log-probs come back flattened tree by tree, branch by branch.
 func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err error) {
 	defer torch.Catch(fmt.Sprintf("branch log-probs of %d trees", len(trees)), &err)
 	var brs []treeBranch
@@ -133,9 +147,12 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 	}
 	cache, trunkStates := m.trunks(trees, brs)
 	defer cache.Drop()
+	for i, b := range brs {
+		brs[i].past = cache.slot(b.tree, b.Prefix-1) + 1
+	}
 	parts, order := []torch.Raw{trunkStates.h}, trunkStates.out
 	defer func() { torch.Free(parts...) }()
-	for _, sub := range branchBatches(brs, cache.Len(), cfg.TokenBudget) {
+	for _, sub := range branchBatches(brs, cfg.TokenBudget) {
 		h, out := m.branches(cache, sub)
 		parts, order = append(parts, h), append(order, out...)
 	}
@@ -161,10 +178,10 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 }
 
 // treeBranch is a branch of tree tree of a batch whose first scored token is scored
-// token out of the batch.
+// token out of the batch; its prefix lies in the trunk cache's first past slots.
 type treeBranch struct {
 	Branch
-	tree, out int
+	tree, out, past int
 }
 
 // states are hidden states [len(out), hidden]: row k predicts scored token out[k].
@@ -173,47 +190,127 @@ type states struct {
 	out []int
 }
 
-// trunks runs the trees' trunks as rows of one right-padded batch into a new KV cache,
-// treeChunk slots at a time, and returns the cache and the hidden states of the trunk
-// slots that predict a branch's first token (for branches scored from token 0). A
-// padding slot attends to slot 0 only, so no softmax row is all -inf.
-func (m *Model) trunks(trees []Tree, brs []treeBranch) (*Cache, states) {
-	rows, w := len(trees), 0
-	for _, t := range trees {
-		w = max(w, len(t.Trunk))
+// trunkCache is the KV cache of a batch's trunks, row r for tree r: the first root[r]
+// trunk tokens sit in slots [0, root[r]) and the others from slot rest on.
+type trunkCache struct {
+	*Cache
+	root []int
+	rest int
+}
+
+// slot is the cache slot of trunk token k of tree r.
+func (c trunkCache) slot(r, k int) int {
+	if k < c.root[r] {
+		return k
 	}
-	cache := m.NewCache(rows, w)
+	return c.rest + k - c.root[r]
+}
+
+// trunks runs the trees' trunks into a new KV cache and returns it with the hidden
+// states of the trunk slots that predict a branch's first token (for branches scored
+// from token 0). Trunks that share leading tokens, such as the stitched trajectories
+// of one prompt's samples, are grouped by prefixRuns: each group's shared root runs
+// once into a root cache, and each trunk then continues a copy of its root's row with
+// its own tokens. A trunk in no group runs whole.
+func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
+	seqs := make([][]int64, len(trees))
+	for i, t := range trees {
+		seqs[i] = t.Trunk
+	}
+	runs, shared := prefixRuns(seqs)
+	tc := trunkCache{root: make([]int, len(trees))}
+	src := make([]int64, len(trees)) // root cache row each trunk continues
+	var roots []extendRow
+	for i, run := range runs {
+		if len(run) < 2 || shared[i] == 0 {
+			continue
+		}
+		for _, t := range run {
+			tc.root[t], src[t] = shared[i], int64(len(roots))
+		}
+		roots = append(roots, extendRow{ids: trees[run[0]].Trunk[:shared[i]]})
+	}
+	var rootPicks, restPicks []statePick
+	for _, b := range brs {
+		if q := b.Prefix - 1; b.From == 0 && q < tc.root[b.tree] {
+			rootPicks = append(rootPicks, statePick{row: int(src[b.tree]), q: q, out: b.out})
+		} else if b.From == 0 {
+			restPicks = append(restPicks, statePick{row: b.tree, q: q - tc.root[b.tree], out: b.out})
+		}
+	}
+	rows := make([]extendRow, len(trees))
+	width := 0
+	for r, t := range trees {
+		rows[r] = extendRow{ids: t.Trunk[tc.root[r]:], past: tc.root[r]}
+		width = max(width, len(rows[r].ids))
+	}
+	if len(roots) == 0 {
+		tc.Cache = m.NewCache(len(trees), width)
+		return tc, m.extend(tc.Cache, rows, restPicks)
+	}
+	rc := m.NewCache(len(roots), slices.Max(shared))
+	r := m.extend(rc, roots, rootPicks)
+	tc.rest, tc.Cache = rc.Len(), rc.copyRows(src, rc.Len(), rc.Len()+width)
+	rc.Drop()
+	s := m.extend(tc.Cache, rows, restPicks)
+	return tc, states{h: catFree([]torch.Raw{r.h, s.h}), out: append(r.out, s.out...)}
+}
+
+// extendRow is a sequence that continues its row of a cache: token q sits at
+// position past+q and sees the row's slots [0, past) and the sequence's own tokens.
+type extendRow struct {
+	ids  []int64
+	past int
+}
+
+// statePick asks for the hidden state of token q of row row, which predicts scored token
+// out.
+type statePick struct{ row, q, out int }
+
+// extend runs rows, one per cache row, into cache after its filled slots, treeChunk
+// slots at a time so the attention intermediates stay [rows, heads, chunk, width],
+// and returns the picked hidden states. A padding slot attends to slot 0 only, so no
+// softmax row is all -inf.
+func (m *Model) extend(cache *Cache, rows []extendRow, picks []statePick) states {
+	base, w, n := cache.Len(), 0, len(rows)
+	for _, r := range rows {
+		w = max(w, len(r.ids))
+	}
 	var parts []torch.Raw
 	var out []int
 	for s := 0; s < w; s += treeChunk {
 		k := min(treeChunk, w-s)
-		ids, pos := make([]int64, rows*k), make([]int64, rows*k)
-		mask := make([]bool, rows*k*(s+k))
-		for r, t := range trees {
+		span := base + s + k
+		ids, pos := make([]int64, n*k), make([]int64, n*k)
+		mask := make([]bool, n*k*span)
+		for r, row := range rows {
 			for q := s; q < s+k; q++ {
 				i := r*k + q - s
-				row := mask[i*(s+k) : (i+1)*(s+k)]
-				if q >= len(t.Trunk) {
-					pos[i], row[0] = int64(len(t.Trunk)-1), true
+				keys := mask[i*span : (i+1)*span]
+				if q >= len(row.ids) {
+					pos[i], keys[0] = int64(max(row.past+len(row.ids)-1, 0)), true
 					continue
 				}
-				ids[i], pos[i] = t.Trunk[q], int64(q)
-				for key := 0; key <= q; key++ {
-					row[key] = true
+				ids[i], pos[i] = row.ids[q], int64(row.past+q)
+				for key := range row.past {
+					keys[key] = true
+				}
+				for key := base; key <= base+q; key++ {
+					keys[key] = true
 				}
 			}
 		}
 		var sel []int64 // flat indices into this chunk's [rows·k] hidden states
-		for _, b := range brs {
-			if q := b.Prefix - 1; b.From == 0 && q >= s && q < s+k {
-				sel = append(sel, int64(b.tree*k+q-s))
-				out = append(out, b.out)
+		for _, p := range picks {
+			if p.q >= s && p.q < s+k {
+				sel = append(sel, int64(p.row*k+p.q-s))
+				out = append(out, p.out)
 			}
 		}
-		shape := []int64{int64(rows), int64(k)}
+		shape := []int64{int64(n), int64(k)}
 		it := torch.RawFromHost(ids, shape, m.device)
 		pt := torch.RawFromHost(pos, shape, m.device)
-		mt := torch.RawFromHost(mask, []int64{int64(rows), 1, int64(k), int64(s + k)}, m.device)
+		mt := torch.RawFromHost(mask, []int64{int64(n), 1, int64(k), int64(span)}, m.device)
 		bias := maskBias(mt, m.dtype)
 		h := m.hidden(it, pt, bias, cache, nil)
 		torch.Free(it, pt, mt, bias)
@@ -223,28 +320,32 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (*Cache, states) {
 		h.Free()
 	}
 	if len(parts) == 0 {
-		return cache, states{h: torch.RawEmpty([]int64{0, int64(m.Config.HiddenSize)}, m.dtype, m.device)}
+		return states{h: torch.RawEmpty([]int64{0, int64(m.Config.HiddenSize)}, m.dtype, m.device)}
 	}
-	return cache, states{h: catFree(parts), out: out}
+	return states{h: catFree(parts), out: out}
 }
 
-// branches runs brs as rows over copies of their trees' rows of the trunk cache and
-// returns the hidden states of the branch slots that predict scored tokens: slot j-1
-// predicts token j, for j >= max(From, 1).
-func (m *Model) branches(trunk *Cache, brs []treeBranch) (torch.Raw, []int) {
+// branches runs brs as rows over copies of their trees' rows of the trunk cache (the
+// slots the batch's prefixes reach) and returns the hidden states of the branch slots
+// that predict scored tokens: slot j-1 predicts token j, for j >= max(From, 1).
+func (m *Model) branches(trunk trunkCache, brs []treeBranch) (torch.Raw, []int) {
 	rows := make([]int64, len(brs))
 	tokens := make([][]int64, len(brs))
 	start := make([]int, len(brs))
 	valid := make([][]bool, len(brs))
+	past := 0
+	for _, b := range brs {
+		past = max(past, b.past)
+	}
 	for r, b := range brs {
 		rows[r], tokens[r], start[r] = int64(b.tree), b.IDs, b.Prefix
-		valid[r] = make([]bool, trunk.Len())
+		valid[r] = make([]bool, past)
 		for k := range b.Prefix {
-			valid[r][k] = true
+			valid[r][trunk.slot(b.tree, k)] = true
 		}
 	}
-	bt := NewBatch(tokens, start, valid, trunk.Len())
-	cache := trunk.copyRows(rows, bt.Past+bt.Width)
+	bt := NewBatch(tokens, start, valid, past)
+	cache := trunk.copyRows(rows, past, past+bt.Width)
 	defer cache.Drop()
 	ids, pos, bias := m.inputs(bt)
 	h := m.hidden(ids, pos, bias, cache, nil)
@@ -264,15 +365,16 @@ func (m *Model) branches(trunk *Cache, brs []treeBranch) (torch.Raw, []int) {
 	return selectStates(h, sel, m.device), out
 }
 
-// branchBatches splits brs, in order, into batches of at most budget rows × (past +
-// longest branch) slots; a branch that alone exceeds it gets a batch of its own.
-func branchBatches(brs []treeBranch, past, budget int) [][]treeBranch {
+// branchBatches splits brs into batches of at most budget rows × (trunk slots +
+// branch tokens), longest first (BudgetBatches); a branch that alone exceeds it gets a
+// batch of its own.
+func branchBatches(brs []treeBranch, budget int) [][]treeBranch {
 	order := make([]int, len(brs))
 	for i := range order {
 		order[i] = i
 	}
 	var out [][]treeBranch
-	for _, batch := range SplitBudget(order, func(i int) int { return past + len(brs[i].IDs) }, budget) {
+	for _, batch := range BudgetBatches(order, func(i int) int { return brs[i].past + len(brs[i].IDs) }, budget) {
 		sub := make([]treeBranch, len(batch))
 		for k, i := range batch {
 			sub[k] = brs[i]

@@ -9,23 +9,23 @@ import (
 
 func TestBranchBatches(t *testing.T) {
 	var brs []treeBranch
-	for i, n := range []int{3, 5, 1, 8, 2} {
-		brs = append(brs, treeBranch{Branch: Branch{IDs: make([]int64, n)}, out: i})
+	for i, n := range [][2]int{{10, 3}, {10, 5}, {4, 1}, {10, 8}, {2, 2}} { // {past, tokens}
+		brs = append(brs, treeBranch{Branch: Branch{IDs: make([]int64, n[1])}, out: i, past: n[0]})
 	}
-	// Past 10: rows × (10 + longest) <= 40.
+	// Longest first, rows × (past + longest) <= 40.
 	var got [][]int
-	for _, b := range branchBatches(brs, 10, 40) {
+	for _, b := range branchBatches(brs, 40) {
 		var outs []int
 		for _, x := range b {
 			outs = append(outs, x.out)
 		}
 		got = append(got, outs)
 	}
-	want := [][]int{{0, 1}, {2, 3}, {4}} // 2×15, 2×18 (a third would be 3×18), 1×12
+	want := [][]int{{3, 1}, {0, 2, 4}} // 2×18 (a third would be 3×18), 3×13
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("branchBatches = %v, want %v", got, want)
 	}
-	if got := branchBatches(brs[3:4], 10, 5); len(got) != 1 || len(got[0]) != 1 {
+	if got := branchBatches(brs[3:4], 5); len(got) != 1 || len(got[0]) != 1 {
 		t.Errorf("a branch over the budget: %d batches, want one of its own", len(got))
 	}
 }
@@ -33,18 +33,31 @@ func TestBranchBatches(t *testing.T) {
 // TestBranchLogProbsMatchPairs scores branches packed into trees, for several token
 // budgets and forward chunkings (one slot at a time up to one forward per row), and the
 // same continuations as separate (prefix, branch) pairs; tolerance 1e-5 absolute: the
-// masked keys contribute exact zeros, only the GEMM shapes differ.
+// masked keys contribute exact zeros, only the GEMM shapes differ. Four trunks share a
+// 12-token root (one of them is the root alone, so it continues nothing) and the others
+// share nothing, so batches mix trunks that continue a shared root with trunks that run
+// whole, and branches start inside and beyond the root.
 func TestBranchLogProbsMatchPairs(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
+	root := randomTokens(rng, 12, 97)
 	var trees []Tree
-	for range 4 {
+	for i := range 8 {
 		tr := Tree{Trunk: randomTokens(rng, 5+rng.IntN(20), 97)}
+		switch {
+		case i == 4:
+			tr.Trunk = root
+		case i > 4:
+			tr.Trunk = slices.Concat(root, tr.Trunk)
+		}
 		for range 1 + rng.IntN(4) {
 			ids := randomTokens(rng, 1+rng.IntN(6), 97)
 			tr.Branches = append(tr.Branches, Branch{Prefix: 1 + rng.IntN(len(tr.Trunk)), IDs: ids, From: rng.IntN(len(ids))})
 		}
 		trees = append(trees, tr)
+	}
+	if runs, shared := prefixRuns([][]int64{trees[4].Trunk, trees[5].Trunk, trees[6].Trunk, trees[7].Trunk}); len(runs) != 1 || shared[0] != 12 {
+		t.Fatalf("prefixRuns of the rooted trunks = %v sharing %v, want one run sharing the 12-token root", runs, shared)
 	}
 	defer func(c int) { treeChunk = c }(treeChunk)
 	for _, tc := range []struct {
@@ -73,6 +86,21 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestTreeOrderKeepsSharedTrunksTogether(t *testing.T) {
+	root := []int64{7, 7, 7, 7}
+	trees := []Tree{
+		{Trunk: slices.Concat(root, []int64{1})},
+		{Trunk: []int64{2, 3, 4, 5, 6, 8, 9}},
+		{Trunk: slices.Concat(root, []int64{1, 2, 3})},
+		{Trunk: []int64{3}},
+		{Trunk: slices.Concat(root, []int64{2, 2})},
+	}
+	// The rooted run's longest trunk (7 tokens) ties the loner's; ties keep sorted order.
+	if got, want := treeOrder(trees), []int{1, 2, 4, 0, 3}; !slices.Equal(got, want) {
+		t.Errorf("treeOrder = %v, want %v", got, want)
 	}
 }
 

@@ -40,19 +40,46 @@ func (m *Model) PrefixLogProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) 
 // common prefix (bestSplit); each group's trunk is its common prefix, and each branch
 // holds the rest of its context and its response, scored from the response on.
 func prefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
-	var order []int
+	var contexts [][]int64
+	var scored []int // pairs with a response, in contexts' order
 	for i, p := range pairs {
 		if len(p.Response) > 0 {
-			order = append(order, i)
+			contexts, scored = append(contexts, p.Context), append(scored, i)
 		}
 	}
-	if len(order) == 0 {
+	runs, shared := prefixRuns(contexts)
+	for g, run := range runs {
+		tr := Tree{Trunk: contexts[run[0]][:shared[g]]}
+		var group []int
+		for _, k := range run {
+			p := pairs[scored[k]]
+			rest := p.Context[shared[g]:]
+			ids := slices.Concat(rest, p.Response)
+			tr.Branches = append(tr.Branches, Branch{Prefix: shared[g], IDs: ids, From: len(rest)})
+			group = append(group, scored[k])
+		}
+		trees, members = append(trees, tr), append(members, group)
+	}
+	return trees, members
+}
+
+// prefixRuns sorts seqs and partitions the sorted list into runs that each become one
+// group over their common prefix, where splitting a run saves more shared tokens than
+// keeping it (bestSplit). runs[g] lists the members of run g (indices into seqs) in
+// sorted order and shared[g] is the length of their common prefix (a run of one
+// shares its whole sequence).
+func prefixRuns(seqs [][]int64) (runs [][]int, shared []int) {
+	if len(seqs) == 0 {
 		return nil, nil
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return slices.Compare(pairs[a].Context, pairs[b].Context) })
-	lcp := make([]int, len(order)-1) // lcp[k]: shared prefix of sorted pairs k and k+1
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return slices.Compare(seqs[a], seqs[b]) })
+	lcp := make([]int, len(order)-1) // lcp[k]: shared prefix of sorted seqs k and k+1
 	for k := range lcp {
-		a, b := pairs[order[k]].Context, pairs[order[k+1]].Context
+		a, b := seqs[order[k]], seqs[order[k+1]]
 		n := 0
 		for n < len(a) && n < len(b) && a[n] == b[n] {
 			n++
@@ -61,22 +88,13 @@ func prefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
 	}
 	_, groups := bestSplit(lcp, 0, len(order)-1)
 	for _, g := range groups {
-		shared := len(pairs[order[g[0]]].Context)
+		n := len(seqs[order[g[0]]])
 		for k := g[0]; k < g[1]; k++ {
-			shared = min(shared, lcp[k])
+			n = min(n, lcp[k])
 		}
-		tr := Tree{Trunk: pairs[order[g[0]]].Context[:shared]}
-		var idx []int
-		for k := g[0]; k <= g[1]; k++ {
-			p := pairs[order[k]]
-			rest := p.Context[shared:]
-			ids := slices.Concat(rest, p.Response)
-			tr.Branches = append(tr.Branches, Branch{Prefix: shared, IDs: ids, From: len(rest)})
-			idx = append(idx, order[k])
-		}
-		trees, members = append(trees, tr), append(members, idx)
+		runs, shared = append(runs, order[g[0]:g[1]+1]), append(shared, n)
 	}
-	return trees, members
+	return runs, shared
 }
 
 // bestSplit partitions sorted items lo..hi (inclusive), whose neighbours share lcp[k]

@@ -1,7 +1,10 @@
 package logprob
 
 import (
+	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -45,13 +48,10 @@ func benchRollouts(questions, samples, turns, vocab int) ([]format.Rollout, map[
 }
 
 // BenchmarkLogprobPasses times, on the same rollouts, the old pass, the reference
-// pass, the memory pass as this stage runs it (stitched P_full, prompt-shared P_mem)
-// and the memory pass with one sequence per P_mem and P_full, as MemPO's reference
-// code runs it. Every rate counts the same tokens (prompt + response of every turn),
-// so the rates compare as inverse times; mem/old is the cost ratio DESIGN.md §10
-// bounds by 1. Each figure is the fastest of the b.N runs of that pass: the passes run
-// interleaved and the minimum drops the time other processes took from a shared
-// machine.
+// pass, the memory pass as this stage runs it (stitched P_full and prompt-shared P_mem
+// in one tree-scoring call) and the memory pass with one sequence per P_mem and P_full,
+// as MemPO's reference code runs it, on benchRollouts(2, 8, 5) with two random tiny
+// models. See benchPasses for the figures.
 func BenchmarkLogprobPasses(b *testing.B) {
 	c, err := qwen2.Preset("tiny", 0)
 	if err != nil {
@@ -67,8 +67,48 @@ func BenchmarkLogprobPasses(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	policy, ref := models[0], models[1]
 	rows, targets := benchRollouts(2, 8, 5, c.VocabSize)
+	benchPasses(b, models[0], models[1], rows, targets)
+}
+
+// BenchmarkLogprobPassesRun is BenchmarkLogprobPasses on a pipeline run's real
+// rollouts: MEMPO_BENCH_RUN names a `make demo` run directory (runs/demo), whose
+// first MemPO iteration's rollouts are scored with the SFT checkpoint that generated
+// them as both policy and reference, and the training prompts' golds as targets. It
+// skips when the variable is unset.
+func BenchmarkLogprobPassesRun(b *testing.B) {
+	run := os.Getenv("MEMPO_BENCH_RUN")
+	if run == "" {
+		b.Skip("MEMPO_BENCH_RUN is unset: point it at a `make demo` run directory (runs/demo)")
+	}
+	s := &state{cfg: DefaultConfig(), in: Inputs{Policy: filepath.Join(run, "sft"), Prompts: filepath.Join(run, "task", "prompts-train")},
+		log: slog.New(slog.DiscardHandler), policyDigest: "benchmark-policy", reuseRef: true}
+	if err := s.load(); err != nil {
+		b.Fatal(err)
+	}
+	defer s.drop()
+	d, err := format.OpenDataset(filepath.Join(run, "mempo", "iter-1", "rollouts"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := format.OpenShards[format.Rollout](d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	rows, err := format.ReadAll(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchPasses(b, s.policy, s.policy, rows, s.targets)
+}
+
+// benchPasses times the passes over rows, interleaved. Every rate counts the same
+// tokens (prompt + response of every turn), so the rates compare as inverse times;
+// mem/old is the cost ratio DESIGN.md §10 bounds by 1. Each figure is the fastest of
+// the b.N runs of that pass: the minimum drops the time other processes took from a
+// shared machine.
+func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, targets map[string]target) {
 	trajs, err := format.Trajectories(rows)
 	if err != nil {
 		b.Fatal(err)
@@ -79,7 +119,8 @@ func BenchmarkLogprobPasses(b *testing.B) {
 		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
 		tokens += len(r.PromptIDs) + len(r.ResponseIDs)
 	}
-	sc := qwen2.ScoreConfig{TokenBudget: 8192, Chunk: 256}
+	d := DefaultConfig()
+	sc := qwen2.ScoreConfig{TokenBudget: d.TokenBudget, Chunk: d.Chunk}
 	var old, refT, mem, sep time.Duration
 	fastest := func(best *time.Duration, start time.Time) {
 		if d := time.Since(start); *best == 0 || d < *best {
@@ -100,15 +141,11 @@ func BenchmarkLogprobPasses(b *testing.B) {
 		fastest(&refT, start)
 
 		start = time.Now()
-		plan, err := planMemory("bench", trajs, targets, c.MaxPositions)
+		plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions)
 		if err != nil {
 			b.Fatal(err)
 		}
-		pMem, pFull := make([]*float32, len(rows)), make([]*float32, len(rows))
-		if err := probs(policy, plan.full, plan.fullRow, sc, pFull); err != nil {
-			b.Fatal(err)
-		}
-		if err := probs(policy, plan.mem, plan.memRow, sc, pMem); err != nil {
+		if _, _, err := probs(policy, plan, len(rows), sc); err != nil {
 			b.Fatal(err)
 		}
 		fastest(&mem, start)

@@ -173,18 +173,25 @@ func geoMean(lp []float32) float64 {
 	return math.Exp(s / float64(len(lp)))
 }
 
-// probs scores trees and writes each branch's geometric-mean probability into
-// out[row] for the row rows[tree][branch] names.
-func probs(m *qwen2.Model, trees []qwen2.Tree, rows [][]int, cfg qwen2.ScoreConfig, out []*float32) error {
-	lps, err := m.BranchLogProbs(trees, cfg)
+// probs scores the plan's trees, P_full's and P_mem's in one call so that the P_mem
+// trunk (the prompt) and the stitched trajectories of its samples share their prompt
+// (see qwen2.BranchLogProbs), and returns each memory turn's geometric-mean
+// probabilities by shard row (nil for rows without a memory).
+func probs(m *qwen2.Model, p memoryPlan, rows int, cfg qwen2.ScoreConfig) (pMem, pFull []*float32, err error) {
+	lps, err := m.BranchLogProbs(slices.Concat(p.full, p.mem), cfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	for i := range trees {
-		for b, row := range rows[i] {
-			v := float32(geoMean(lps[i][b]))
-			out[row] = &v
+	pMem, pFull = make([]*float32, rows), make([]*float32, rows)
+	fill := func(out []*float32, lps [][][]float32, rows [][]int) {
+		for i := range rows {
+			for b, row := range rows[i] {
+				v := float32(geoMean(lps[i][b]))
+				out[row] = &v
+			}
 		}
 	}
-	return nil
+	fill(pFull, lps[:len(p.full)], p.fullRow)
+	fill(pMem, lps[len(p.full):], p.memRow)
+	return pMem, pFull, nil
 }

@@ -308,13 +308,9 @@ func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Roll
 		return fmt.Errorf("logprob: %w", err)
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk}
-	pMem := make([]*float32, len(rows))
-	pFull := make([]*float32, len(rows))
-	if err := probs(s.policy, plan.full, plan.fullRow, sc, pFull); err != nil {
-		return fmt.Errorf("logprob: %s: memory pass (P_full): %w", file, err)
-	}
-	if err := probs(s.policy, plan.mem, plan.memRow, sc, pMem); err != nil {
-		return fmt.Errorf("logprob: %s: memory pass (P_mem): %w", file, err)
+	pMem, pFull, err := probs(s.policy, plan, len(rows), sc)
+	if err != nil {
+		return fmt.Errorf("logprob: %s: memory pass: %w", file, err)
 	}
 	for i := range rows {
 		for _, c := range []struct {
