@@ -5,5 +5,8 @@
 //	embedded.mk    the embedded default's settings: task, index, init-model, SFT
 //	demo.mk        the demo: MemPO, GRPO and the baselines, evaluated (make demo)
 //	experiment.mk  variants × seeds on one task, reported with intervals (make experiment)
-//	scaleout/      a Kubernetes Indexed Job and a Slurm array for the rollout stage
+//	serve.mk       the rollout stage through one mempo serve-policy on loopback, in shards
+//	scaleout/      a Kubernetes Indexed Job and a Slurm array for the rollout stage; a
+//	               policy server (vLLM or mempo serve-policy: Deployment + Service) with
+//	               rollout workers as an Indexed Job; the loopback script serve.mk runs
 package pipelines

@@ -163,3 +163,42 @@ func TestServeRetrieverFlags(t *testing.T) {
 		})
 	}
 }
+
+// serve-policy documents its batch limits in --help and refuses a meaningless value
+// with exit 2 naming its flag, before it loads the policy.
+func TestServePolicyFlags(t *testing.T) {
+	run := func(args ...string) (code int, stdout, stderr string) {
+		a := &cli.App{Name: "mempo", Commands: []*cli.Command{servePolicyCommand()}}
+		app.Prepare(a)
+		var out, errOut strings.Builder
+		a.Writer, a.ErrWriter = &out, &errOut
+		code = app.Main(a, append([]string{"mempo", "serve-policy"}, args...))
+		return code, out.String(), errOut.String()
+	}
+	code, help, _ := run("--help")
+	if code != app.ExitOK {
+		t.Fatalf("serve-policy --help: exit %d", code)
+	}
+	for _, want := range []string{
+		"--max-batch ", "--max-batch-tokens", "(default: 64)", "(default: 524288)", "continuous", "--max-inflight", "503",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve-policy --help lacks %q:\n%s", want, help)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "no-policy") // loading it would fail with exit 1
+	for _, tt := range []struct{ flag, value string }{
+		{"max-batch", "0"},
+		{"max-batch-tokens", "0"},
+		{"max-tokens", "0"},
+		{"max-inflight", "0"},
+	} {
+		t.Run(tt.flag, func(t *testing.T) {
+			code, _, stderr := run("--policy", missing, "--"+tt.flag, tt.value)
+			if code != app.ExitUsage || !strings.Contains(stderr, "--"+tt.flag) {
+				t.Errorf("serve-policy --%s %s = exit %d, stderr %q; want %d naming --%s",
+					tt.flag, tt.value, code, stderr, app.ExitUsage, tt.flag)
+			}
+		})
+	}
+}

@@ -21,16 +21,18 @@ import (
 )
 
 // servePolicyCmd is what 'mempo serve-policy' resolves its flags into; the limits
-// start from serve.DefaultConfig, so --help shows its defaults.
+// start from serve.DefaultConfig and qwen2.DefaultEngineConfig, so --help shows
+// their defaults.
 type servePolicyCmd struct {
 	cfg           serve.Config
+	engine        qwen2.EngineConfig
 	policy, name  string
 	addr          string
 	device, dtype string
 }
 
 func servePolicyCommand() *cli.Command {
-	s := &servePolicyCmd{cfg: serve.DefaultConfig(), addr: "127.0.0.1:8000", device: "cpu"}
+	s := &servePolicyCmd{cfg: serve.DefaultConfig(), engine: qwen2.DefaultEngineConfig(), addr: "127.0.0.1:8000", device: "cpu"}
 	return app.Command(&cli.Command{
 		Name:  "serve-policy",
 		Usage: "serve a policy checkpoint under an OpenAI-compatible /v1/completions subset",
@@ -49,10 +51,17 @@ always filled here). GET /v1/models lists the model as --served-model-name; GET
 /health answers {"status": "ok"}. Not supported: stream, n > 1, best_of, echo,
 chat completions.
 
-Batching: the first waiting request opens a batch, which takes up to --max-batch
-requests arriving within --batch-window-ms and runs them through one batched
-generate call per group of equal sampling settings. A batch runs to its end before
-the next starts; requests arriving meanwhile wait for it (no continuous batching).
+Batching is continuous: between any two decode steps, waiting requests join the
+running batch in arrival order (each prefilled on its own, then its KV-cache rows
+appended), and a finished request is answered and leaves at once, so short
+completions do not wait for long ones. Requests of different sampling settings
+share a step. A request joins while the batch stays within --max-batch rows and
+--max-batch-tokens KV-cache slots (rows x slots, where every row reserves the
+batch's longest context plus the most max_tokens any row has left); otherwise it
+waits, and so do the requests behind it. A request alone always runs. Every
+request samples from its own seeded stream: its tokens are those of the in-process
+engine (mempo-rollout --engine local) for that request alone, whatever joins or
+leaves around it; log-probs may differ in the last bits with the batch's shape.
 
 Every request is bounded (see Limits): a refused one gets {"error": {"message",
 "type", "code"}} naming the limit and its flag, with 413 for a body over
@@ -70,10 +79,11 @@ func (s *servePolicyCmd) flags() *app.Flags {
 		app.String(&s.name, cli.StringFlag{Name: "served-model-name", Category: "Policy server",
 			Usage: "model `NAME` in /v1/models and answers (default: --policy as given, as vLLM names it)"}),
 		app.String(&s.addr, cli.StringFlag{Name: "addr", Category: "Policy server", Usage: "host:port to listen on"}),
-		app.Int(&s.cfg.MaxBatch, cli.IntFlag{Name: "max-batch", Category: "Policy server",
-			Usage: "requests per batched generate call at most"}),
-		app.Float64(&s.cfg.BatchWindowMS, cli.Float64Flag{Name: "batch-window-ms", Category: "Policy server",
-			Usage: "milliseconds a batch waits, after its first request, for more to join (0: only those already waiting)"}),
+		app.Int(&s.engine.MaxRows, cli.IntFlag{Name: "max-batch", Category: "Policy server",
+			Usage: "requests decoded together at most (rows of the running batch); more wait for a row to finish"}).Check(app.AtLeast(&s.engine.MaxRows, 1)),
+		app.Int(&s.engine.TokenBudget, cli.IntFlag{Name: "max-batch-tokens", Category: "Policy server",
+			Usage: "KV-cache token slots of the running batch at most: rows x (longest context + most max_tokens left); " +
+				"a slot takes layers x 2 x kv_heads x head_dim values (57 KB for Qwen2.5-7B in bf16)"}).Check(app.AtLeast(&s.engine.TokenBudget, 1)),
 	}, torchflag.Runtime(&s.device, &s.dtype), []app.Flag{
 		app.Int(&s.cfg.MaxTokens, cli.IntFlag{Name: "max-tokens", Category: "Limits", Usage: "largest max_tokens a request may ask for; more is refused with 400"}),
 		app.Int(&s.cfg.MaxStops, cli.IntFlag{Name: "max-stops", Category: "Limits", Usage: "most stop strings in one request; more is refused with 400"}),
@@ -109,7 +119,12 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 		name = s.policy
 	}
 	log := slog.Default()
-	srv, err := serve.New(serve.Model{Name: name, Gen: m, Tok: tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
+	eng, err := m.NewEngine(s.engine)
+	if err != nil {
+		return app.Usage(err)
+	}
+	defer eng.Close()
+	srv, err := serve.New(serve.Model{Name: name, Engine: eng, Tok: tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
 	if err != nil {
 		return err
 	}

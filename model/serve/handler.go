@@ -98,8 +98,8 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
 	if in.Model != "" && in.Model != s.m.Name {
 		return refuse(http.StatusNotFound, "the model `%s` does not exist; this server serves `%s`", in.Model, s.m.Name)
 	}
-	// Past the write timeout the answer can no longer be sent: a job still waiting
-	// then is dropped from its batch.
+	// Past the write timeout the answer can no longer be sent: the job is then dropped,
+	// waiting or running.
 	ctx, cancel := context.WithTimeout(req.Context(), httpserve.Seconds(s.cfg.WriteTimeoutS))
 	defer cancel()
 	j, e := s.job(ctx, in)
@@ -115,16 +115,20 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
 	select {
 	case r = <-j.done:
 	case <-ctx.Done():
-		// The batcher still sends to j.done (buffered) when it reaches the job.
+		// The scheduler still sends to j.done (buffered) when it drops the job.
 		if req.Context().Err() != nil {
 			return nil // the client left
 		}
 		return refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
 	}
-	if r.err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	switch {
+	case r.err == nil:
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(r.err, errStopped):
+		w.Header().Set("Retry-After", "1")
+		return refuse(http.StatusServiceUnavailable, "the server is stopping; retry later")
+	default:
 		return refuse(http.StatusInternalServerError, "generate: %v", r.err)
 	}
 	writeJSON(w, http.StatusOK, s.response(in, j, r.c))
@@ -185,8 +189,7 @@ func (s *Server) job(ctx context.Context, in CompletionRequest) (*job, *refusal)
 			return nil, refuse(http.StatusBadRequest, "seed %s: want an integer within 64 bits", *in.Seed)
 		}
 	}
-	key, _ := json.Marshal(cfg) // a struct of numbers and lists: never fails
-	return &job{ctx: ctx, req: qwen2.Request{Prompt: prompt, Seed: seed}, cfg: cfg, key: string(key), done: make(chan result, 1)}, nil
+	return &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: prompt, Seed: seed}, Sampling: cfg}, done: make(chan result, 1)}, nil
 }
 
 // parseSeed reads a seed as int64 (reinterpreted as the uint64 stream, as clients
@@ -306,7 +309,7 @@ func (s *Server) response(in CompletionRequest, j *job, c qwen2.Completion) Comp
 	}
 	return CompletionResponse{ID: "cmpl-" + randomID(), Object: "text_completion", Created: s.now().Unix(),
 		Model: s.m.Name, Choices: []Choice{choice},
-		Usage: Usage{PromptTokens: len(j.req.Prompt), CompletionTokens: len(ids), TotalTokens: len(j.req.Prompt) + len(ids)}}
+		Usage: Usage{PromptTokens: len(j.seq.Prompt), CompletionTokens: len(ids), TotalTokens: len(j.seq.Prompt) + len(ids)}}
 }
 
 func randomID() string {

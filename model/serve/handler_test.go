@@ -35,49 +35,95 @@ func (bytesTok) Decode(ids []int32) string {
 	return string(b)
 }
 
-// echo generates the prompt back, one token per step, stopping as Generate does; it
-// records the size of each call and blocks on gate when set.
+// echo is an engine that generates each prompt back, one token per step, stopping
+// as qwen2.Engine does. It admits up to rows sequences (0: any), records the first
+// prompt token of every row of every step and the IDs cancelled, and, when gate is
+// set, holds each step until gate is closed, telling entered first.
 type echo struct {
-	mu    sync.Mutex
-	calls []int
-	// gate, when set, holds every call until closed; entered hears of each call first.
+	rows    int
 	gate    chan struct{}
 	entered chan struct{}
+
+	mu        sync.Mutex
+	seqs      map[int]*echoSeq
+	order     []int // IDs in admission order
+	next      int
+	steps     [][]int64
+	cancelled []int
 }
 
-func (e *echo) Generate(reqs []qwen2.Request, cfg sample.Config) ([]qwen2.Completion, error) {
+type echoSeq struct {
+	seq qwen2.Sequence
+	out qwen2.Completion
+}
+
+func (e *echo) Fits(qwen2.Sequence) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rows == 0 || len(e.seqs) < e.rows
+}
+
+func (e *echo) Add(s qwen2.Sequence) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seqs == nil {
+		e.seqs = map[int]*echoSeq{}
+	}
+	e.next++
+	e.seqs[e.next] = &echoSeq{seq: s}
+	e.order = append(e.order, e.next)
+	return e.next, nil
+}
+
+func (e *echo) Cancel(id int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.seqs, id)
+	e.cancelled = append(e.cancelled, id)
+}
+
+func (e *echo) Step() ([]qwen2.Finished, error) {
 	if e.gate != nil {
-		e.entered <- struct{}{}
+		select {
+		case e.entered <- struct{}{}:
+		default: // nobody is counting steps any more
+		}
 		<-e.gate
 	}
 	e.mu.Lock()
-	e.calls = append(e.calls, len(reqs))
-	e.mu.Unlock()
-	out := make([]qwen2.Completion, len(reqs))
-	for i, r := range reqs {
-		c := &out[i]
-		for _, t := range r.Prompt {
-			c.Tokens = append(c.Tokens, t)
-			c.LogProbs = append(c.LogProbs, -float32(len(c.Tokens))/4)
-			if sample.Stopped(c.Tokens, cfg.Stop) {
-				c.Finish = qwen2.FinishStop
-				break
-			}
-			if len(c.Tokens) == cfg.MaxNewTokens {
-				c.Finish = qwen2.FinishLength
-				break
-			}
+	defer e.mu.Unlock()
+	var step []int64
+	var done []qwen2.Finished
+	var order []int
+	for _, id := range e.order {
+		r, ok := e.seqs[id]
+		if !ok {
+			continue
 		}
-		if c.Finish == "" {
+		step = append(step, r.seq.Prompt[0])
+		c, cfg := &r.out, r.seq.Sampling
+		c.Tokens = append(c.Tokens, r.seq.Prompt[len(c.Tokens)%len(r.seq.Prompt)])
+		c.LogProbs = append(c.LogProbs, -float32(len(c.Tokens))/4)
+		switch {
+		case sample.Stopped(c.Tokens, cfg.Stop):
+			c.Finish = qwen2.FinishStop
+		case len(c.Tokens) == cfg.MaxNewTokens:
 			c.Finish = qwen2.FinishLength
+		default:
+			order = append(order, id)
+			continue
 		}
+		done = append(done, qwen2.Finished{ID: id, Completion: *c})
+		delete(e.seqs, id)
 	}
-	return out, nil
+	e.order = order
+	e.steps = append(e.steps, step)
+	return done, nil
 }
 
-func newTestServer(t *testing.T, gen Generator, cfg Config) (*Server, *httptest.Server) {
+func newTestServer(t *testing.T, eng Engine, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(Model{Name: "tiny", Gen: gen, Tok: bytesTok{}, MaxPositions: 64, VocabSize: 256}, cfg, nil)
+	s, err := New(Model{Name: "tiny", Engine: eng, Tok: bytesTok{}, MaxPositions: 64, VocabSize: 256}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,29 +214,38 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// TestBatching: requests waiting together share a generate call (up to MaxBatch),
-// split by sampling settings, and one more than MaxInflight is refused with 503.
-func TestBatching(t *testing.T) {
-	gen := &echo{gate: make(chan struct{}), entered: make(chan struct{}, 8)}
+// TestContinuousBatching: requests join the running batch between steps, in
+// arrival order, as rows finish (the engine here takes two rows), whatever their
+// sampling settings, and one request more than MaxInflight is refused with 503.
+func TestContinuousBatching(t *testing.T) {
+	eng := &echo{rows: 2, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
 	cfg := DefaultConfig()
-	cfg.MaxBatch, cfg.BatchWindowMS, cfg.MaxInflight = 3, 0, 6
-	s, ts := newTestServer(t, gen, cfg)
+	cfg.MaxInflight = 4
+	s, ts := newTestServer(t, eng, cfg)
+	// Prompts start with their request's letter; B samples at another temperature.
+	bodies := []string{
+		`{"prompt": "AAAA", "max_tokens": 4}`,
+		`{"prompt": "BB", "max_tokens": 2, "temperature": 0.5, "top_k": 3}`,
+		`{"prompt": "C", "max_tokens": 1}`,
+		`{"prompt": "DD", "max_tokens": 2}`,
+	}
 	var wg sync.WaitGroup
-	// The first request holds the generator; five more queue behind it, in order.
-	for i := range 6 {
-		body := `{"prompt": [1, 2], "max_tokens": 2}`
-		if i == 5 {
-			body = `{"prompt": [1, 2], "max_tokens": 1}`
-		}
+	for i, body := range bodies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if status, got := post(t, ts.URL, body); status != 200 {
-				t.Errorf("status %d: %v", status, got)
+			status, got := post(t, ts.URL, body)
+			if status != 200 {
+				t.Errorf("%s: status %d: %v", body, status, got)
+				return
+			}
+			choice := got["choices"].([]any)[0].(map[string]any)
+			if want := strings.Repeat(string(rune('A'+i)), []int{4, 2, 1, 2}[i]); choice["text"] != want {
+				t.Errorf("%s: text %v, want %s", body, choice["text"], want)
 			}
 		}()
 		if i == 0 {
-			<-gen.entered
+			<-eng.entered // A runs; the others queue behind its step
 			continue
 		}
 		for len(s.queue) != i {
@@ -200,9 +255,56 @@ func TestBatching(t *testing.T) {
 	if status, got := post(t, ts.URL, `{"prompt": [1]}`); status != 503 {
 		t.Errorf("request over --max-inflight = %d %v, want 503", status, got)
 	}
-	close(gen.gate)
+	close(eng.gate)
 	wg.Wait()
-	if want := []int{1, 3, 1, 1}; !cmp.Equal(gen.calls, want) {
-		t.Errorf("generate calls of %v requests, want %v (one, then three, then the rest split by max_tokens)", gen.calls, want)
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	want := [][]int64{{'A'}, {'A', 'B'}, {'A', 'B'}, {'A', 'C'}, {'D'}, {'D'}}
+	if diff := cmp.Diff(want, eng.steps); diff != "" {
+		t.Errorf("rows of each step (-want +got):\n%s", diff)
+	}
+}
+
+// TestClientLeft: a running request whose client leaves is cancelled in the engine
+// at the next step and its row freed.
+func TestClientLeft(t *testing.T) {
+	eng := &echo{gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+	s, ts := newTestServer(t, eng, DefaultConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt": "abc", "max_tokens": 3}`))
+	failed := make(chan error)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		failed <- err
+	}()
+	<-eng.entered
+	cancel()
+	if err := <-failed; err == nil {
+		t.Errorf("request of a cancelled client succeeded")
+	}
+	for len(s.slots) != 0 { // the handler has returned: the job's context is done
+		runtime.Gosched()
+	}
+	close(eng.gate)
+	// The scheduler cancels the job after the step it is held in.
+	for {
+		eng.mu.Lock()
+		n := len(eng.cancelled)
+		eng.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if status, got := post(t, ts.URL, `{"prompt": "xy", "max_tokens": 2}`); status != 200 {
+		t.Errorf("next request = %d %v, want 200", status, got)
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if want := []int{1}; !cmp.Equal(eng.cancelled, want) {
+		t.Errorf("cancelled IDs %v, want %v", eng.cancelled, want)
 	}
 }

@@ -4,13 +4,15 @@
 // vLLM's layout, GET /v1/models and GET /health. It lets several rollout processes
 // share one copy of the policy on one accelerator.
 //
-// Requests that arrive together are batched: the batcher takes the first waiting
-// request, gathers up to MaxBatch within BatchWindowMS, and runs each group of equal
-// sampling settings through the model's batched generator. Every request samples
-// from its own seeded stream (qwen2.Generate), so batching does not choose tokens.
-// A batch runs to completion before the next starts: requests arriving meanwhile
-// wait for it (no continuous batching, where a request would join a running batch
-// between decode steps).
+// Requests are batched continuously: one scheduler goroutine (Run) owns a decode
+// engine (qwen2.Engine) and, between any two decode steps, admits waiting requests
+// in arrival order while the engine's limits allow (rows, and a token budget of the
+// KV cache), and answers each request as soon as its row finishes, so a short
+// completion never waits for a long one and a new request never waits for a batch
+// to end. Rows of different sampling settings share a step. Every request samples
+// from its own seeded stream, so what joins or leaves around it does not choose its
+// tokens: they equal qwen2.Generate's for that request alone, up to the
+// floating-point caveat stated there.
 package serve
 
 import (
@@ -23,15 +25,20 @@ import (
 
 	"github.com/mempo/mempo/internal/httpserve"
 	"github.com/mempo/mempo/model/qwen2"
-	"github.com/mempo/mempo/model/sample"
 )
 
 // ErrConfig marks an unusable server config; messages name the flag.
 var ErrConfig = errors.New("invalid serve config")
 
-// Generator continues a batch of requests; *qwen2.Model is one.
-type Generator interface {
-	Generate(reqs []qwen2.Request, cfg sample.Config) ([]qwen2.Completion, error)
+// Engine decodes a changing batch of sequences; *qwen2.Engine is one. Only the
+// server's Run calls it, from one goroutine: Fits asks whether a sequence may join
+// now, Add prefills it, Step decodes one token for every row and returns those that
+// finished, and Cancel drops one. A Step error drops every sequence the engine held.
+type Engine interface {
+	Fits(s qwen2.Sequence) bool
+	Add(s qwen2.Sequence) (int, error)
+	Cancel(id int)
+	Step() ([]qwen2.Finished, error)
 }
 
 // Tokenizer encodes stop strings and string prompts and decodes completions.
@@ -40,24 +47,21 @@ type Tokenizer interface {
 	Decode(ids []int32) string
 }
 
-// Model is what the server serves: a generator, its tokenizer, the name clients ask
-// for and the model's bounds (every prompt id is checked against VocabSize and every
-// prompt against MaxPositions before it can fail a batch).
+// Model is what the server serves: a decode engine with its limits set, its
+// tokenizer, the name clients ask for and the model's bounds (every prompt id is
+// checked against VocabSize and every prompt against MaxPositions before it reaches
+// the engine).
 type Model struct {
 	Name         string
-	Gen          Generator
+	Engine       Engine
 	Tok          Tokenizer
 	MaxPositions int
 	VocabSize    int
 }
 
-// Config bounds what the server accepts and how it batches.
+// Config bounds what the server accepts. The batch's own limits are the engine's
+// (qwen2.EngineConfig).
 type Config struct {
-	// MaxBatch is the most requests of one generate call.
-	MaxBatch int `json:"max_batch"`
-	// BatchWindowMS is how long the batcher waits, after the first request of a batch,
-	// for more to join it; 0 takes only those already waiting.
-	BatchWindowMS float64 `json:"batch_window_ms"`
 	// MaxTokens is the largest max_tokens accepted.
 	MaxTokens int `json:"max_tokens"`
 	// MaxStops and MaxStopBytes bound the stop strings of a request.
@@ -81,7 +85,7 @@ type Config struct {
 // flight is four rollout processes of 64 trajectories each.
 func DefaultConfig() Config {
 	return Config{
-		MaxBatch: 64, BatchWindowMS: 5, MaxTokens: 8192, MaxStops: 16, MaxStopBytes: 256,
+		MaxTokens: 8192, MaxStops: 16, MaxStopBytes: 256,
 		MaxBodyBytes: 4 << 20, MaxInflight: 256,
 		ReadHeaderTimeoutS: 10, ReadTimeoutS: 60, WriteTimeoutS: 1800, IdleTimeoutS: 120,
 	}
@@ -93,16 +97,13 @@ func (c Config) Validate() error {
 		flag string
 		v    int64
 	}{
-		{"--max-batch", int64(c.MaxBatch)}, {"--max-tokens", int64(c.MaxTokens)},
+		{"--max-tokens", int64(c.MaxTokens)},
 		{"--max-stops", int64(c.MaxStops)}, {"--max-stop-bytes", int64(c.MaxStopBytes)},
 		{"--max-body-bytes", c.MaxBodyBytes}, {"--max-inflight", int64(c.MaxInflight)},
 	} {
 		if f.v < 1 {
 			return fmt.Errorf("%s %d: want at least 1: %w", f.flag, f.v, ErrConfig)
 		}
-	}
-	if !(c.BatchWindowMS >= 0) {
-		return fmt.Errorf("--batch-window-ms %g: want 0 or more: %w", c.BatchWindowMS, ErrConfig)
 	}
 	if err := c.timeouts().Check(); err != nil {
 		return fmt.Errorf("%w: %w", err, ErrConfig)
@@ -116,8 +117,8 @@ func (c Config) timeouts() httpserve.Timeouts {
 }
 
 // Server batches completion requests onto one model. Its lifecycle: New, then Run
-// in one goroutine (the only caller of the generator) while Handler serves; requests
-// queued when Run returns get 503.
+// in one goroutine (the only caller of the engine) while Handler serves; requests
+// held when Run returns get 503.
 type Server struct {
 	m     Model
 	cfg   Config
@@ -128,13 +129,13 @@ type Server struct {
 	now   func() time.Time
 }
 
-// job is one request waiting for, or in, a batch.
+// job is one request waiting for, or in, the running batch.
 type job struct {
 	ctx  context.Context
-	req  qwen2.Request
-	cfg  sample.Config
-	key  string // the sampling settings: only equal ones share a generate call
-	done chan result
+	seq  qwen2.Sequence
+	done chan result // buffered: Run never waits for the handler
+	// start is when the job joined the batch.
+	start time.Time
 }
 
 type result struct {
@@ -142,13 +143,16 @@ type result struct {
 	err error
 }
 
+// errStopped answers the requests held when Run returns.
+var errStopped = errors.New("server stopping")
+
 // New returns a server of m under cfg, which must be valid.
 func New(m Model, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if m.Gen == nil || m.Tok == nil || m.MaxPositions < 2 || m.VocabSize < 1 {
-		return nil, fmt.Errorf("serve: model %q lacks a generator, a tokenizer or its bounds: %w", m.Name, ErrConfig)
+	if m.Engine == nil || m.Tok == nil || m.MaxPositions < 2 || m.VocabSize < 1 {
+		return nil, fmt.Errorf("serve: model %q lacks an engine, a tokenizer or its bounds: %w", m.Name, ErrConfig)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -157,95 +161,106 @@ func New(m Model, cfg Config, log *slog.Logger) (*Server, error) {
 		slots: make(chan struct{}, cfg.MaxInflight), now: time.Now}, nil
 }
 
-// Run batches queued requests until ctx is done.
+// Run schedules queued requests onto the engine until ctx is done: between decode
+// steps it drops the requests whose client left (or whose write timeout passed),
+// admits waiting ones in arrival order while the engine has room, runs one step and
+// answers the requests that finished. It blocks only while nothing is held.
 func (s *Server) Run(ctx context.Context) {
+	var waiting []*job // arrival order
+	running := map[int]*job{}
+	defer func() {
+		for id, j := range running {
+			s.m.Engine.Cancel(id)
+			j.done <- result{err: errStopped}
+		}
+		for _, j := range waiting {
+			j.done <- result{err: errStopped}
+		}
+	}()
 	for {
-		var first *job
-		select {
-		case <-ctx.Done():
+		if len(waiting) == 0 && len(running) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case j := <-s.queue:
+				waiting = append(waiting, j)
+			}
+		}
+	arrived:
+		for {
+			select {
+			case j := <-s.queue:
+				waiting = append(waiting, j)
+			default:
+				break arrived
+			}
+		}
+		if ctx.Err() != nil {
 			return
-		case first = <-s.queue:
 		}
-		s.generate(s.gather(ctx, first))
-	}
-}
-
-// gather adds to first the requests that arrive within the batch window, MaxBatch
-// in all.
-func (s *Server) gather(ctx context.Context, first *job) []*job {
-	batch := []*job{first}
-	window := time.NewTimer(time.Duration(s.cfg.BatchWindowMS * float64(time.Millisecond)))
-	defer window.Stop()
-	for len(batch) < s.cfg.MaxBatch {
-		select {
-		case j := <-s.queue:
-			batch = append(batch, j)
-			continue
-		default:
+		cancelled := false
+		for id, j := range running {
+			if err := j.ctx.Err(); err != nil { // the client left or its write timeout passed
+				s.m.Engine.Cancel(id)
+				delete(running, id)
+				j.done <- result{err: err}
+				cancelled = true
+			}
 		}
-		if s.cfg.BatchWindowMS == 0 {
-			return batch
-		}
-		select {
-		case j := <-s.queue:
-			batch = append(batch, j)
-		case <-window.C:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
-// generate runs the live jobs of batch, one generate call per group of equal
-// sampling settings, in arrival order.
-func (s *Server) generate(batch []*job) {
-	var groups [][]*job
-	index := map[string]int{}
-	for _, j := range batch {
-		if err := j.ctx.Err(); err != nil {
-			j.done <- result{err: err} // the client left or its write timeout passed
-			continue
-		}
-		g, ok := index[j.key]
-		if !ok {
-			g = len(groups)
-			index[j.key] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], j)
-	}
-	for _, g := range groups {
-		reqs := make([]qwen2.Request, len(g))
-		for i, j := range g {
-			reqs[i] = j.req
-		}
-		start := s.now()
-		comps, err := s.m.Gen.Generate(reqs, g[0].cfg)
-		if err != nil {
-			s.log.Error("generate failed", "requests", len(g), "err", err)
-		}
-		tokens := 0
-		for i, j := range g {
-			if err != nil {
+		for len(waiting) > 0 {
+			j := waiting[0]
+			if err := j.ctx.Err(); err != nil {
+				waiting = waiting[1:]
 				j.done <- result{err: err}
 				continue
 			}
-			tokens += len(comps[i].Tokens)
-			j.done <- result{c: comps[i]}
+			// In arrival order: a request the batch has no room for waits for rows to
+			// finish, and those behind it wait too, so a long request is not starved.
+			if !s.m.Engine.Fits(j.seq) {
+				break
+			}
+			waiting = waiting[1:]
+			id, err := s.m.Engine.Add(j.seq)
+			if err != nil {
+				s.log.Error("prefill failed", "prompt_tokens", len(j.seq.Prompt), "err", err)
+				j.done <- result{err: err}
+				continue
+			}
+			j.start = s.now()
+			running[id] = j
 		}
-		s.log.Debug("batch done", "requests", len(g), "tokens", tokens, "seconds", s.now().Sub(start).Seconds())
+		if len(running) == 0 && !cancelled {
+			continue
+		}
+		done, err := s.m.Engine.Step()
+		if err != nil {
+			s.log.Error("decode step failed", "requests", len(running), "err", err)
+			for id, j := range running {
+				delete(running, id)
+				j.done <- result{err: err}
+			}
+			continue
+		}
+		for _, f := range done {
+			j, ok := running[f.ID]
+			if !ok {
+				continue
+			}
+			delete(running, f.ID)
+			s.log.Debug("request done", "prompt_tokens", len(j.seq.Prompt), "tokens", len(f.Tokens),
+				"seconds", s.now().Sub(j.start).Seconds(), "running", len(running))
+			j.done <- result{c: f.Completion}
+		}
 	}
 }
 
-// Serve runs s's batcher and answers HTTP on ln under cfg's timeouts until ctx is
+// Serve runs s's scheduler and answers HTTP on ln under cfg's timeouts until ctx is
 // done, then stops accepting, lets in-flight requests finish for up to 10 s and
 // returns nil. It returns an error only when serving itself fails.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	bctx, stop := context.WithCancel(context.Background())
-	batcher := make(chan struct{})
-	go func() { s.Run(bctx); close(batcher) }()
-	defer func() { stop(); <-batcher }()
+	scheduler := make(chan struct{})
+	go func() { s.Run(bctx); close(scheduler) }()
+	defer func() { stop(); <-scheduler }()
 	return httpserve.Serve(ctx, ln, s.Handler(), s.cfg.timeouts(), "policy server", s.log)
 }

@@ -27,15 +27,19 @@ import (
 )
 
 // servePolicy starts `mempo serve-policy`'s server over the fixture's policy on a
-// loopback listener and returns its URL.
-func servePolicy(t testing.TB, cfg serve.Config) string {
+// loopback listener, its batch bounded by ecfg, and returns its URL.
+func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string {
 	t.Helper()
 	f := testFixture(t)
 	m, err := qwen2.Load(f.policy, qwen2.Options{Device: "cpu"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(serve.Model{Name: "tiny", Gen: m, Tok: f.tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, cfg, nil)
+	eng, err := m.NewEngine(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(serve.Model{Name: "tiny", Engine: eng, Tok: f.tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +47,7 @@ func servePolicy(t testing.TB, cfg serve.Config) string {
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { ts.Close(); cancel(); <-done; m.Drop() })
+	t.Cleanup(func() { ts.Close(); cancel(); <-done; eng.Close(); m.Drop() })
 	return ts.URL
 }
 
@@ -53,22 +57,19 @@ func serverConfig(cfg Config, url string) Config {
 }
 
 // TestServerEngineMatchesLocal rolls out the tiny policy in this process and
-// through serve-policy on loopback. With one request per generate call on both
+// through serve-policy on loopback. With one sequence decoded at a time on both
 // sides every row is identical, log-probs to the bit; with the server batching
-// whatever arrives together, tokens are identical and log-probs agree to the
-// last bits libtorch's batch-shape kernel choice may change (see qwen2.Generate).
+// continuously (requests joining and leaving its running batch between steps),
+// tokens are identical and log-probs agree to the last bits libtorch's
+// batch-shape kernel choice may change (see qwen2.Generate).
 func TestServerEngineMatchesLocal(t *testing.T) {
 	if err := torch.SetNumThreads(1); err != nil {
 		t.Fatal(err)
 	}
 	f := testFixture(t)
 	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index, Engine: DefaultEngineClient()}
-	unbatched := serve.DefaultConfig()
-	unbatched.MaxBatch, unbatched.BatchWindowMS = 1, 0
-	one := servePolicy(t, unbatched)
-	batched := serve.DefaultConfig()
-	batched.MaxBatch, batched.BatchWindowMS = 16, 20
-	many := servePolicy(t, batched)
+	one := servePolicy(t, serve.DefaultConfig(), qwen2.EngineConfig{MaxRows: 1, TokenBudget: 1 << 20})
+	many := servePolicy(t, serve.DefaultConfig(), qwen2.EngineConfig{MaxRows: 16, TokenBudget: 1 << 20})
 	for _, c := range []struct {
 		name  string
 		temp  float64
@@ -274,11 +275,11 @@ func TestRemoteFailures(t *testing.T) {
 
 // BenchmarkServerEngine measures decode throughput through serve-policy: four
 // rollout clients, each advancing one turn of 16 fresh episodes at once, against
-// one server batching up to 64 requests (compare BenchmarkRollout: one in-process
+// one server batching up to 64 requests continuously (compare BenchmarkRollout: one in-process
 // rollout of 16 episodes). Figures only.
 func BenchmarkServerEngine(b *testing.B) {
 	f := testFixture(b)
-	url := servePolicy(b, serve.DefaultConfig())
+	url := servePolicy(b, serve.DefaultConfig(), qwen2.DefaultEngineConfig())
 	cfg := serverConfig(DefaultConfig(), url)
 	cfg.MaxNewTokens = 64
 	cfg.Protocol = protocol.Default()

@@ -1,0 +1,445 @@
+package qwen2
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch"
+)
+
+// Errors of an Engine: an unusable EngineConfig, and a sequence it has no room for
+// under its EngineConfig.
+var (
+	ErrEngineConfig = errors.New("invalid engine config")
+	ErrEngineFull   = errors.New("engine full")
+)
+
+// EngineConfig bounds an Engine's running batch.
+type EngineConfig struct {
+	// MaxRows is the most sequences decoded together in one step.
+	MaxRows int `json:"max_rows"`
+	// TokenBudget bounds the running batch's KV cache, in token slots: rows × slots.
+	// Rows share slot positions, so the cache has as many slots as its longest row
+	// needs; a sequence joins only when, with it, every row's context plus its
+	// remaining max_tokens still fits. A slot costs layers · 2 · kv_heads · head_dim
+	// elements (57 KB for Qwen2.5-7B in bf16, 8 KB for the tiny preset in float32).
+	TokenBudget int `json:"token_budget"`
+}
+
+// DefaultEngineConfig is 64 rows and 2¹⁹ token slots: 64 sequences of 8k tokens.
+func DefaultEngineConfig() EngineConfig {
+	return EngineConfig{MaxRows: 64, TokenBudget: 1 << 19}
+}
+
+// Sequence is one request of an Engine, with its own sampling settings.
+type Sequence struct {
+	Request
+	Sampling sample.Config
+}
+
+// Finished is a sequence's completion, named by the ID Add returned.
+type Finished struct {
+	ID int
+	Completion
+}
+
+// Engine decodes a changing set of sequences together (continuous batching):
+// sequences join between decode steps and leave as soon as they finish, so a long
+// completion never holds back the requests behind it. Add prefills a sequence on
+// its own (one forward over its prompt, exactly as Generate runs a batch of one)
+// and samples its first token; the next Step appends its keys and values to the
+// running cache, every running row packed to its own tokens from slot 0 (see
+// packRows), and decodes one token for every row. Rows share slot positions and the
+// mask says which slots each row holds, as in Batch.
+//
+// Each sequence samples with its own settings and its own seeded stream, so rows
+// of different temperatures, top-k, top-p, stop sequences and max_tokens share a
+// step: a sequence's tokens and log-probs are those Generate gives it alone with the
+// same seed, up to the floating-point caveat of Generate (a row's logits may differ
+// in the last bits with the batch's shape; TestEngineMatchesGenerate checks
+// identity of tokens and 1e-5 on log-probs while sequences join and leave around it).
+//
+// Lifecycle: NewEngine, then Fits, Add, Cancel and Step from one goroutine, and
+// Close. Tensor work runs on the torch thread (torch.Do), one OS thread whose
+// allocations come from one malloc arena, so a long-running server's RSS stays
+// flat. The engine fuses the model's projections (see fused) while it holds any
+// sequence and frees them when it empties, as Generate does per call.
+type Engine struct {
+	m   *Model
+	cfg EngineConfig
+	fs  []fused
+	// cache holds the running rows' keys and values (nil when none run); rows[r]
+	// is its row r and valid[r] the slots that row holds.
+	cache   *Cache
+	rows    []*sequence
+	valid   [][]bool
+	pending []*sequence // prefilled, joining at the next Step
+	done    []Finished  // finished, reported by the next Step
+	held    map[int]*sequence
+	nextID  int
+	// samps[w] are worker w's samplers, one per pick setting.
+	samps []map[pickKey]*sample.Sampler
+}
+
+// sequence is a sequence held by an Engine.
+type sequence struct {
+	id        int
+	prompt    int // prompt tokens
+	limit     int // tokens it may generate: max_tokens, or fewer near max_position_embeddings
+	stop      [][]int64
+	key       pickKey
+	rng       *rand.Rand
+	out       Completion
+	cache     *Cache // while pending: the prompt's keys and values
+	cancelled bool
+}
+
+// pickKey is the part of a sample.Config that Sampler.Pick reads.
+type pickKey struct {
+	temp float64
+	topK int
+	topP float64
+}
+
+// NewEngine returns an empty engine over m.
+func (m *Model) NewEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.MaxRows < 1 || cfg.TokenBudget < 1 {
+		return nil, fmt.Errorf("engine: max_rows %d, token_budget %d: want at least 1 each: %w", cfg.MaxRows, cfg.TokenBudget, ErrEngineConfig)
+	}
+	return &Engine{m: m, cfg: cfg, held: map[int]*sequence{}}, nil
+}
+
+// Len is the number of sequences held: running, joining, or finished and not yet
+// returned by Step.
+func (e *Engine) Len() int { return len(e.held) }
+
+// remaining is how many more tokens a row may feed through the cache: one per
+// token it has yet to sample after the last one.
+func (s *sequence) remaining() int { return s.limit - len(s.out.Tokens) }
+
+// cached is how many of a row's tokens the cache holds: the prompt and every
+// generated token but the newest.
+func (s *sequence) cached() int { return s.prompt + len(s.out.Tokens) - 1 }
+
+// extent is the cache a batch of rows needs to run to its end: the widest row's
+// cached tokens plus the most tokens any row may still feed.
+func extent(rows ...[]*sequence) (width, room int) {
+	for _, rs := range rows {
+		for _, s := range rs {
+			width, room = max(width, s.cached()), max(room, s.remaining())
+		}
+	}
+	return width, room
+}
+
+// Fits reports whether s can join now: a sequence always fits an empty engine;
+// otherwise the rows with it stay within MaxRows, and rows × (widest context + most
+// remaining tokens) within TokenBudget, assuming s runs to its max_tokens.
+func (e *Engine) Fits(s Sequence) bool {
+	rows := len(e.rows) + len(e.pending)
+	if rows == 0 {
+		return true
+	}
+	if rows+1 > e.cfg.MaxRows {
+		return false
+	}
+	width, room := extent(e.rows, e.pending)
+	limit := min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))
+	width, room = max(width, len(s.Prompt)), max(room, limit-1)
+	return (rows+1)*(width+room) <= e.cfg.TokenBudget
+}
+
+// Add checks s, prefills its prompt and samples its first token; it returns the ID
+// Step reports its completion under. A sequence that does not fit (see Fits) is
+// refused with ErrEngineFull.
+func (e *Engine) Add(s Sequence) (id int, err error) {
+	samp := pickKey{s.Sampling.Temperature, s.Sampling.TopK, s.Sampling.TopP}
+	switch {
+	case len(s.Prompt) == 0:
+		return 0, errors.New("engine: empty prompt")
+	case len(s.Prompt) >= e.m.Config.MaxPositions:
+		return 0, fmt.Errorf("engine: prompt of %d tokens leaves no room within max_position_embeddings %d: shorten the prompt", len(s.Prompt), e.m.Config.MaxPositions)
+	case !e.Fits(s):
+		return 0, fmt.Errorf("engine: a prompt of %d tokens with max_tokens %d beside %d rows: %w", len(s.Prompt), s.Sampling.MaxNewTokens, len(e.rows)+len(e.pending), ErrEngineFull)
+	}
+	if err := s.Sampling.Validate(); err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
+	if err := e.m.Config.checkTokens(s.Prompt); err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
+	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, key: samp, rng: sample.NewRNG(s.Seed),
+		limit: min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))}
+	defer e.idle()
+	defer torch.Catch(fmt.Sprintf("engine: prefill of a prompt of %d tokens", len(s.Prompt)), &err)
+	torch.Do(func() {
+		defer torch.SetGrad(torch.SetGrad(false))
+		if e.fs == nil {
+			e.fs = e.m.fuse()
+		}
+		cache := e.m.NewCache(1, len(s.Prompt))
+		keep := false
+		defer func() {
+			if !keep {
+				cache.Drop()
+			}
+		}()
+		logits := e.m.lastLogits(NewBatch([][]int64{s.Prompt}, []int{0}, nil, 0), cache, e.fs)
+		tok, lp := e.sampler(0, samp).Pick(logits, q.rng)
+		if q.push(tok, lp) {
+			e.done = append(e.done, Finished{ID: q.id, Completion: q.out})
+		} else {
+			q.cache, keep = cache, true
+			e.pending = append(e.pending, q)
+		}
+	})
+	e.held[q.id] = q
+	e.nextID++
+	return q.id, nil
+}
+
+// push appends a sampled token and reports whether the sequence has finished, by
+// Generate's rules.
+func (s *sequence) push(tok int, lp float64) bool {
+	c := &s.out
+	c.Tokens = append(c.Tokens, int64(tok))
+	c.LogProbs = append(c.LogProbs, float32(lp))
+	switch {
+	case sample.Stopped(c.Tokens, s.stop):
+		c.Finish = FinishStop
+	case len(c.Tokens) >= s.limit:
+		c.Finish = FinishLength
+	default:
+		return false
+	}
+	return true
+}
+
+// Cancel drops sequence id; Step reports nothing for it. The rows it held are freed
+// by the next Step.
+func (e *Engine) Cancel(id int) {
+	if s, ok := e.held[id]; ok {
+		s.cancelled = true
+		delete(e.held, id)
+	}
+	e.done = slices.DeleteFunc(e.done, func(f Finished) bool { return f.ID == id })
+}
+
+// Step admits the sequences added since the last step, decodes one token for every
+// running row and returns the sequences that finished, including those that
+// finished at their first token in Add. On an error every held sequence is
+// dropped: the engine is empty and usable again.
+func (e *Engine) Step() (done []Finished, err error) {
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	defer torch.Catch(fmt.Sprintf("engine: step of %d rows and %d joining", len(e.rows), len(e.pending)), &err)
+	torch.Do(func() {
+		defer torch.SetGrad(torch.SetGrad(false))
+		e.step()
+	})
+	done, e.done = e.done, nil
+	for _, f := range done {
+		delete(e.held, f.ID)
+	}
+	e.idle()
+	return done, nil
+}
+
+func (e *Engine) step() {
+	var live []int
+	for r, s := range e.rows {
+		if !s.cancelled {
+			live = append(live, r)
+		}
+	}
+	e.pending = slices.DeleteFunc(e.pending, func(s *sequence) bool {
+		if s.cancelled {
+			s.cache.Drop()
+		}
+		return s.cancelled
+	})
+	switch {
+	case len(e.pending) > 0:
+		e.join(live)
+	case len(live) < len(e.rows):
+		e.keep(live)
+	}
+	if len(e.rows) == 0 {
+		return
+	}
+	tokens, start := make([][]int64, len(e.rows)), make([]int, len(e.rows))
+	for r, s := range e.rows {
+		tokens[r] = s.out.Tokens[len(s.out.Tokens)-1:]
+		start[r] = s.cached()
+	}
+	b := NewBatch(tokens, start, e.valid, e.cache.Len())
+	e.valid = b.Valid
+	logits := e.m.lastLogits(b, e.cache, e.fs)
+	picks := make([]pick, len(e.rows))
+	e.pick(logits, picks)
+	live = live[:0]
+	for r, s := range e.rows {
+		if s.push(picks[r].tok, picks[r].lp) {
+			e.done = append(e.done, Finished{ID: s.id, Completion: s.out})
+		} else {
+			live = append(live, r)
+		}
+	}
+	if len(live) < len(e.rows) {
+		e.keep(live)
+	}
+}
+
+// join packs the running rows live and the pending ones into a new cache with
+// room for all of them to run to their end.
+func (e *Engine) join(live []int) {
+	var rows []*sequence
+	var parts []rowSlots
+	for _, r := range live {
+		var slots []int
+		for k, ok := range e.valid[r] {
+			if ok {
+				slots = append(slots, k)
+			}
+		}
+		rows = append(rows, e.rows[r])
+		parts = append(parts, rowSlots{from: e.cache, row: r, slots: slots})
+	}
+	for _, s := range e.pending {
+		rows = append(rows, s)
+		parts = append(parts, rowSlots{from: s.cache, row: 0, slots: seq(s.prompt)})
+	}
+	width, room := extent(rows)
+	cache := e.m.packRows(parts, width+room)
+	if e.cache != nil {
+		e.cache.Drop()
+	}
+	for _, s := range e.pending {
+		s.cache.Drop()
+		s.cache = nil
+	}
+	e.cache, e.rows, e.pending = cache, rows, nil
+	e.valid = make([][]bool, len(rows))
+	for r, s := range rows {
+		e.valid[r] = make([]bool, width)
+		for k := range s.cached() {
+			e.valid[r][k] = true
+		}
+	}
+}
+
+// keep retains the running rows live, in order.
+func (e *Engine) keep(live []int) {
+	if len(live) == 0 {
+		e.cache.Drop()
+		e.cache, e.rows, e.valid = nil, nil, nil
+		return
+	}
+	idx := make([]int64, len(live))
+	rows, valid := make([]*sequence, len(live)), make([][]bool, len(live))
+	for j, r := range live {
+		idx[j], rows[j], valid[j] = int64(r), e.rows[r], e.valid[r]
+	}
+	e.cache.Keep(idx)
+	e.rows, e.valid = rows, valid
+}
+
+// pick samples row r of logits: [rows·vocab] with row r's sampler and stream into
+// picks[r], rows spread over GOMAXPROCS goroutines as in Generate.
+func (e *Engine) pick(logits []float32, picks []pick) {
+	vocab := e.m.Config.VocabSize
+	n := min(runtime.GOMAXPROCS(0), len(e.rows))
+	for len(e.samps) < n {
+		e.samps = append(e.samps, map[pickKey]*sample.Sampler{})
+	}
+	for _, s := range e.rows { // create samplers here: workers only read the maps
+		for w := range n {
+			e.sampler(w, s.key)
+		}
+	}
+	run := func(w int) {
+		for r := w; r < len(e.rows); r += n {
+			s := e.rows[r]
+			tok, lp := e.samps[w][s.key].Pick(logits[r*vocab:(r+1)*vocab], s.rng)
+			picks[r] = pick{tok, lp}
+		}
+	}
+	var wg sync.WaitGroup
+	// A worker's panic (a NaN logit) is raised again here for Step's catch; a
+	// runtime.Error is a bug and crashes in the worker, with the worker's stack.
+	fail := make([]any, n)
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				r := recover()
+				if _, bug := r.(runtime.Error); bug {
+					panic(r)
+				}
+				fail[w] = r
+			}()
+			run(w)
+		}()
+	}
+	run(0)
+	wg.Wait()
+	for _, f := range fail {
+		if f != nil {
+			panic(f)
+		}
+	}
+}
+
+// sampler is worker w's sampler for the pick settings k.
+func (e *Engine) sampler(w int, k pickKey) *sample.Sampler {
+	for len(e.samps) <= w {
+		e.samps = append(e.samps, map[pickKey]*sample.Sampler{})
+	}
+	s, ok := e.samps[w][k]
+	if !ok {
+		// Settings already validated by Add; MaxNewTokens and Stop are not read by Pick.
+		s, _ = sample.New(sample.Config{Temperature: k.temp, TopK: k.topK, TopP: k.topP, MaxNewTokens: 1})
+		e.samps[w][k] = s
+	}
+	return s
+}
+
+// idle frees the fused projections once the engine holds no rows.
+func (e *Engine) idle() {
+	if e.fs != nil && len(e.rows) == 0 && len(e.pending) == 0 {
+		freeFused(e.fs)
+		e.fs = nil
+	}
+}
+
+// Close drops every held sequence and frees the engine's tensors; the engine stays
+// usable.
+func (e *Engine) Close() {
+	if e.cache != nil {
+		e.cache.Drop()
+	}
+	for _, s := range e.pending {
+		s.cache.Drop()
+	}
+	e.cache, e.rows, e.valid, e.pending, e.done = nil, nil, nil, nil, nil
+	clear(e.held)
+	e.idle()
+}
+
+// seq is 0, 1, …, n-1.
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}

@@ -1,0 +1,232 @@
+package qwen2
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/model/sample"
+)
+
+// engineCase is a sequence of TestEngineMatchesGenerate and the decode step at
+// which it joins.
+type engineCase struct {
+	seq  Sequence
+	join int
+}
+
+func engineCases() []engineCase {
+	rng := rand.New(rand.NewPCG(11, 12))
+	settings := []sample.Config{
+		{MaxNewTokens: 9}, // greedy
+		{Temperature: 1, TopP: 0.95, MaxNewTokens: 14}, // nucleus
+		{Temperature: 0.7, TopK: 20, MaxNewTokens: 6},  // top-k
+		{Temperature: 1.3, MaxNewTokens: 1},            // done at its first token
+		{Temperature: 1, MaxNewTokens: 20, Stop: [][]int64{{5}, {7, 8}}},
+	}
+	var out []engineCase
+	for i := range 10 {
+		out = append(out, engineCase{
+			seq:  Sequence{Request: Request{Prompt: randomTokens(rng, 2+rng.IntN(20), 97), Seed: uint64(300 + i)}, Sampling: settings[i%len(settings)]},
+			join: []int{0, 0, 1, 3, 3, 4, 7, 8, 8, 15}[i],
+		})
+	}
+	// A prompt that reaches max_position_embeddings (64) before max_tokens.
+	out[6].seq.Prompt = randomTokens(rng, 58, 97)
+	out[6].seq.Sampling = sample.Config{Temperature: 1, MaxNewTokens: 20}
+	return out
+}
+
+// runEngine adds each case from its step on, as soon as it fits (in case order),
+// steps until every sequence has finished and returns the completions in case
+// order, with the most rows one step decoded and how many sequences joined rows
+// already running; cancel names cases to cancel two steps after they join.
+func runEngine(t *testing.T, e *Engine, cases []engineCase, cancel map[int]bool) (out []Completion, widest, joined int) {
+	t.Helper()
+	out = make([]Completion, len(cases))
+	ids := map[int]int{}
+	cancelAt := map[int][]int{}
+	next := 0
+	for step := 0; step < 200; step++ {
+		for ; next < len(cases) && cases[next].join <= step && e.Fits(cases[next].seq); next++ {
+			id, err := e.Add(cases[next].seq)
+			if err != nil {
+				t.Fatalf("step %d: Add(case %d) = %v", step, next, err)
+			}
+			ids[id] = next
+			if cancel[next] {
+				cancelAt[step+2] = append(cancelAt[step+2], id)
+			}
+		}
+		for _, id := range cancelAt[step] {
+			e.Cancel(id)
+			delete(ids, id)
+		}
+		if len(e.rows) > 0 {
+			joined += len(e.pending)
+		}
+		done, err := e.Step()
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		widest = max(widest, len(e.rows))
+		if n := len(e.rows); n > 1 && n*int(e.cache.cap) > e.cfg.TokenBudget {
+			t.Errorf("step %d: %d rows of %d slots, over the token budget %d", step, n, e.cache.cap, e.cfg.TokenBudget)
+		}
+		for _, f := range done {
+			i, ok := ids[f.ID]
+			if !ok {
+				t.Fatalf("step %d: Step reported ID %d, which is not held", step, f.ID)
+			}
+			out[i] = f.Completion
+			delete(ids, f.ID)
+		}
+		if len(ids) == 0 && next == len(cases) {
+			if e.Len() != 0 {
+				t.Errorf("engine holds %d sequences after all finished, want 0", e.Len())
+			}
+			return out, widest, joined
+		}
+	}
+	t.Fatalf("sequences %v still running after 200 steps", ids)
+	return nil, 0, 0
+}
+
+// TestEngineMatchesGenerate runs sequences of different sampling settings, prompt
+// lengths and lengths through one engine, joining at different steps, and compares
+// each with Generate of that sequence alone: identical tokens and finish reasons,
+// log-probs within 1e-5 (the floating-point caveat of Generate). A cancelled
+// neighbour changes nothing, and every tensor is freed at the end.
+func TestEngineMatchesGenerate(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	cases := engineCases()
+	want := make([]Completion, len(cases))
+	for i, c := range cases {
+		want[i] = generate(t, m, []Request{c.seq.Request}, c.seq.Sampling)[0]
+	}
+	for _, tt := range []struct {
+		name   string
+		cfg    EngineConfig
+		cancel map[int]bool
+		rows   int // rows one step should reach
+	}{
+		{"default", DefaultEngineConfig(), nil, 5},
+		{"three rows", EngineConfig{MaxRows: 3, TokenBudget: 1 << 20}, nil, 3},
+		{"tight budget", EngineConfig{MaxRows: 64, TokenBudget: 150}, nil, 3},
+		{"cancel", DefaultEngineConfig(), map[int]bool{1: true, 4: true}, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			live := liveTensors()
+			e, err := m.NewEngine(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, widest, joined := runEngine(t, e, cases, tt.cancel)
+			if widest != tt.rows || joined < 4 {
+				t.Errorf("at most %d rows in a step, %d joins into a running batch; want %d rows and at least 4 joins", widest, joined, tt.rows)
+			}
+			worst := 0.0
+			for i := range cases {
+				if tt.cancel[i] {
+					continue
+				}
+				if diff := cmp.Diff(want[i].Tokens, got[i].Tokens); diff != "" || got[i].Finish != want[i].Finish {
+					t.Errorf("case %d: finish %q, want %q; tokens (-alone +engine):\n%s", i, got[i].Finish, want[i].Finish, diff)
+				}
+				d := maxAbsDiff(want[i].LogProbs, got[i].LogProbs)
+				if d > 1e-5 {
+					t.Errorf("case %d: max |Δlogprob| = %g, want <= 1e-5", i, d)
+				}
+				worst = max(worst, d)
+			}
+			t.Logf("max |Δlogprob| engine vs alone: %g; up to %d rows a step, %d joins into a running batch", worst, widest, joined)
+			e.Close()
+			if n := liveTensors(); n != live {
+				t.Errorf("live tensors %d after Close, want %d", n, live)
+			}
+		})
+	}
+}
+
+// TestEngineAloneExact: a sequence decoded alone in an engine is Generate's, log-
+// probs to the bit (the same forward calls on the same shapes).
+func TestEngineAloneExact(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	e, err := m.NewEngine(EngineConfig{MaxRows: 1, TokenBudget: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i, c := range engineCases() {
+		want := generate(t, m, []Request{c.seq.Request}, c.seq.Sampling)[0]
+		c.join = 0
+		done, _, _ := runEngine(t, e, []engineCase{c}, nil)
+		got := done[0]
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("case %d (-Generate +engine):\n%s", i, diff)
+		}
+	}
+}
+
+// TestEngineLimits: Fits and Add keep the running batch within MaxRows and the
+// token budget, and an empty engine takes any sequence.
+func TestEngineLimits(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	seq := func(prompt, maxNew int) Sequence {
+		return Sequence{Request: Request{Prompt: make([]int64, prompt)}, Sampling: sample.Config{MaxNewTokens: maxNew}}
+	}
+	// Two rows of 10 + 9 tokens need 2 × (10 + 9) = 38 slots.
+	e, err := m.NewEngine(EngineConfig{MaxRows: 2, TokenBudget: 38})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if _, err := e.Add(seq(40, 20)); err != nil {
+		t.Fatalf("Add to an empty engine = %v, want success beyond the budget", err)
+	}
+	e.Close()
+	if _, err := e.Add(seq(10, 10)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		seq  Sequence
+		want bool
+	}{
+		{"within budget", seq(10, 10), true},
+		{"one slot over", seq(11, 10), false},
+		{"room for max_tokens", seq(2, 18), false},
+	} {
+		if got := e.Fits(tt.seq); got != tt.want {
+			t.Errorf("%s: Fits = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if _, err := e.Add(seq(11, 10)); !errors.Is(err, ErrEngineFull) {
+		t.Errorf("Add over the budget = %v, want ErrEngineFull", err)
+	}
+	if _, err := e.Add(seq(10, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Add(seq(1, 1)); !errors.Is(err, ErrEngineFull) {
+		t.Errorf("Add of a third row = %v, want ErrEngineFull (max_rows 2)", err)
+	}
+	for _, tt := range []struct {
+		name string
+		seq  Sequence
+		want string
+	}{
+		{"empty prompt", seq(0, 1), "empty prompt"},
+		{"prompt too long", seq(64, 1), "max_position_embeddings 64"},
+		{"bad sampling", seq(1, 0), "max_new_tokens"},
+	} {
+		e.Close()
+		if _, err := e.Add(tt.seq); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Add = %v, want an error containing %q", tt.name, err, tt.want)
+		}
+	}
+	if _, err := m.NewEngine(EngineConfig{MaxRows: 0, TokenBudget: 1}); !errors.Is(err, ErrEngineConfig) {
+		t.Errorf("NewEngine(max_rows 0) = %v, want ErrEngineConfig", err)
+	}
+}
