@@ -85,10 +85,13 @@ func (c AdamWConfig) LRAt(k int64) float64 {
 // float64 parameters.
 //
 // Mixed precision: a bfloat16 or float16 parameter gets a float32 master copy held
-// here. Its gradient is cast to float32, the update is applied to the master, and the
-// master is copied back into the parameter (rounded to nearest even), so updates
-// smaller than the parameter's resolution still accumulate. Float32 and float64
-// parameters are updated in place. The moments have the master's dtype.
+// here. Its gradient is cast to float32 (chunk by chunk into scratch, for the norm and
+// again for the update: no float32 copy of the whole gradient is kept), the update is
+// applied to the master, and the master is copied back into the parameter (rounded to
+// nearest even), so updates smaller than the parameter's resolution still accumulate.
+// The clipping scales the float32 cast, so a half-precision gradient keeps its
+// unclipped values. Float32 and float64 parameters are updated in place. The
+// moments have the master's dtype.
 //
 // The state lives in flat buffers per dtype and device (flat.go), and so do the
 // gradients: from its first Step (or ZeroGrad) on, a parameter's gradient is a view
@@ -202,9 +205,6 @@ func (o *AdamW) Drop() {
 	for i := range o.slots {
 		s := &o.slots[i]
 		torch.Drop(s.master, s.expAvg, s.expAvgSq)
-		if s.grad32 != s.grad {
-			freeRaws(s.grad32)
-		}
 		freeRaws(s.grad)
 		o.slots[i] = slot{}
 	}
@@ -240,6 +240,24 @@ func (o *AdamW) ZeroGrad() (err error) {
 	return nil
 }
 
+// LendGrads makes every parameter without a gradient take its zeroed view into the flat
+// gradient buffer as its gradient, as ZeroGrad leaves every parameter after a step, so
+// that the first backward pass too accumulates into the buffer in place. Without it
+// that pass allocates a gradient per parameter, which Step copies into the buffer and
+// frees: the first step of a run held two sets of gradients, the optimizer's and
+// autograd's, and the training loop's memory estimate counts one. A parameter that then
+// gets no gradient before Step is updated with a zero gradient.
+func (o *AdamW) LendGrads() (err error) {
+	defer torch.Catch("adamw lend gradients", &err)
+	for i, h := range o.handles {
+		if defined, _ := h.GradIs(o.slots[i].grad); !defined {
+			o.slots[i].grad.Zero_()
+			h.AttachGrad(o.slots[i].grad)
+		}
+	}
+	return nil
+}
+
 // Step clips the accumulated gradients and applies one AdamW update to every parameter
 // that has a gradient. A non-finite gradient norm changes nothing (not the gradients'
 // values, parameters, state or schedule) and returns ErrNonFinite, so the caller can
@@ -252,12 +270,6 @@ func (o *AdamW) Step() (st StepStats, err error) {
 	if len(segs) == 0 {
 		return StepStats{}, fmt.Errorf("adamw step %d: no parameter has a gradient; run Backward before Step: %w", k, ErrInput)
 	}
-	for _, g := range o.groups {
-		if g.half {
-			g.grad32.CopyFrom(g.grad)
-		}
-	}
-
 	total := o.gradNorm(has)
 	defer total.MustDrop()
 	st.GradNorm = torch.Item(total)
@@ -278,14 +290,30 @@ func (o *AdamW) Step() (st StepStats, err error) {
 	return st, nil
 }
 
-// gradNorm is the L2 norm of the per-parameter L2 norms of the gradients (float32 for a
-// half-precision parameter), as clip_grad_norm_, over the parameters has marks.
+// gradNorm is the L2 norm of the per-parameter L2 norms of the gradients, as
+// clip_grad_norm_, over the parameters has marks. A half-precision gradient's norm is
+// taken in float32, over its cast into the group's scratch: whole when the parameter
+// fits (normChunk elements), else piece by piece, each piece's norm joining the
+// stack as a parameter's would; the total is the same up to float32 rounding.
 func (o *AdamW) gradNorm(has []bool) *ts.Tensor {
 	var norms []torch.Raw
 	defer func() { torch.Free(norms...) }()
 	for i, ok := range has {
-		if ok {
-			norms = append(norms, o.slots[i].grad32.Norm())
+		if !ok {
+			continue
+		}
+		s := &o.slots[i]
+		g := o.groups[s.group]
+		if !g.half {
+			norms = append(norms, s.grad.Norm())
+			continue
+		}
+		for lo := int64(0); lo < s.numel; lo += g.span {
+			n := min(g.span, s.numel-lo)
+			src, dst := g.grad.Narrow(0, s.off+lo, n), g.tmp.Narrow(0, 0, n)
+			dst.CopyFrom(src)
+			norms = append(norms, dst.Norm())
+			torch.Free(src, dst)
 		}
 	}
 	stacked := torch.RawStack(norms, 0)

@@ -11,10 +11,11 @@ import (
 	"github.com/mempo/mempo/model/torch"
 )
 
-// benchParams builds a preset's weights as trainable parameters; layers > 0 truncates the preset (the 0.5B-shaped preset keeps
+// benchParams builds a preset's weights as trainable parameters in dtype (empty: the
+// preset's); layers > 0 truncates the preset (the 0.5B-shaped preset keeps
 // Qwen2.5-0.5B's widths and 151936-token vocabulary). It returns the parameters and
 // their element count.
-func benchParams(b *testing.B, preset string, layers int) ([]Param, int64) {
+func benchParams(b *testing.B, preset string, layers int, dtype string) ([]Param, int64) {
 	cfg, err := qwen2.Preset(preset, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -22,7 +23,7 @@ func benchParams(b *testing.B, preset string, layers int) ([]Param, int64) {
 	if layers > 0 {
 		cfg.NumLayers, cfg.MaxWindowLayers = layers, layers
 	}
-	m, err := qwen2.New(cfg, qwen2.Options{})
+	m, err := qwen2.New(cfg, qwen2.Options{DType: dtype})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,7 +54,13 @@ func attachGrads(ps []Param) {
 var benchShapes = []struct {
 	name, preset string
 	layers       int
-}{{"tiny", "tiny", 0}, {"0.5B-shape-2L", "qwen2.5-0.5b-shape", 2}}
+	dtype        string
+}{
+	{"tiny", "tiny", 0, ""},
+	{"0.5B-shape-2L", "qwen2.5-0.5b-shape", 2, ""},
+	// bfloat16 weights and gradients, float32 master weights and moments.
+	{"0.5B-shape-2L-bf16", "qwen2.5-0.5b-shape", 2, "bfloat16"},
+}
 
 // BenchmarkAdamWStep times one optimizer step (clip and update of given gradients) of the
 // flat AdamW and of the per-tensor one it replaced, alternating step for step on the
@@ -64,7 +71,7 @@ var benchShapes = []struct {
 func BenchmarkAdamWStep(b *testing.B) {
 	for _, sh := range benchShapes {
 		b.Run(sh.name, func(b *testing.B) {
-			ps, n := benchParams(b, sh.preset, sh.layers)
+			ps, n := benchParams(b, sh.preset, sh.layers, sh.dtype)
 			attachGrads(ps)
 			flat, err := NewAdamW(ps, DefaultAdamW)
 			if err != nil {
@@ -102,7 +109,7 @@ func BenchmarkAdamWStep(b *testing.B) {
 // sizes (stepChunk), to choose it.
 func BenchmarkAdamWChunk(b *testing.B) {
 	sh := benchShapes[1]
-	ps, n := benchParams(b, sh.preset, sh.layers)
+	ps, n := benchParams(b, sh.preset, sh.layers, sh.dtype)
 	for _, chunk := range []int64{1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 62} {
 		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) {
 			defer func(c int64) { stepChunk = c }(stepChunk)

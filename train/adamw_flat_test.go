@@ -371,3 +371,108 @@ func TestNewAdamWRejectsLayouts(t *testing.T) {
 		}
 	}
 }
+
+// TestAdamWHalfKeepsNoGradientCopy: a bfloat16 model's optimizer holds float32 master
+// weights and two float32 moments, 12 bytes a parameter, and two scratch buffers (the
+// gradient norm's and the update's chunk), but no float32 copy of the gradient, which
+// would make it 16; and the gradient norm of a parameter larger than the norm's scratch,
+// taken piece by piece, is the per-tensor AdamW's up to float32 rounding.
+func TestAdamWHalfKeepsNoGradientCopy(t *testing.T) {
+	checkLeaks(t)
+	defer func(s, n int64) { stepChunk, normChunk = s, n }(stepChunk, normChunk)
+	stepChunk, normChunk = 1000, 4096
+	shapes := [][]int64{{100, 70}, {3000}, {5}} // 7000 elements: two norm pieces
+	numel := func(shape []int64) int64 {
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		return n
+	}
+	newParams := func() []Param {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var ps []Param
+		for i, sh := range shapes {
+			v := make([]float64, numel(sh))
+			for j := range v {
+				v[j] = rng.NormFloat64() * 0.1
+			}
+			x := tensorOf(t, v, sh, gotch.BFloat16)
+			ps = append(ps, Param{Name: fmt.Sprintf("p%d", i), T: torch.Must(x.SetRequiresGrad(true, true))})
+		}
+		return ps
+	}
+	pa, pb := newParams(), newParams()
+	defer func() {
+		for i := range pa {
+			torch.Drop(pa[i].T, pb[i].T)
+		}
+	}()
+	cfg := AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, MaxGradNorm: 1}
+	ref := newPerTensor(pa, cfg)
+	defer ref.drop()
+	opt, err := NewAdamW(pb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opt.Drop()
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	for k := range 2 {
+		ref.zeroGrad()
+		torch.Check(opt.ZeroGrad())
+		for i, sh := range shapes {
+			g := make([]float64, numel(sh))
+			for j := range g {
+				g[j] = rng.NormFloat64()
+			}
+			setGrad(t, pa[i].T, g)
+			setGrad(t, pb[i].T, g)
+		}
+		want := ref.step()
+		got, err := opt.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(got.GradNorm, want.GradNorm, 1e-6) {
+			t.Errorf("step %d: grad norm %v, per-tensor %v", k+1, got.GradNorm, want.GradNorm)
+		}
+		for i := range pa {
+			g, w := torch.Values(pb[i].T), torch.Values(pa[i].T)
+			for j := range w {
+				if !near(g[j], w[j], 1e-2) {
+					t.Fatalf("step %d: %s[%d] = %v, per-tensor %v", k+1, pa[i].Name, j, g[j], w[j])
+				}
+			}
+		}
+	}
+
+	var padded int64
+	for _, sh := range shapes {
+		padded += (numel(sh) + align - 1) / align * align
+	}
+	got := optimizerBytes(opt)
+	want := map[gotch.DType]int64{
+		gotch.Float:    12*padded + 4*(normChunk+stepChunk),
+		gotch.BFloat16: 2 * padded, // the gradient buffer
+	}
+	if len(got) != len(want) || got[gotch.Float] != want[gotch.Float] || got[gotch.BFloat16] != want[gotch.BFloat16] {
+		t.Errorf("optimizer buffers hold %v bytes by dtype, want %v (%d parameters, padded)", got, want, padded)
+	}
+}
+
+// optimizerBytes is the memory of o's buffers by dtype: every buffer its groups own
+// and free (moments, master weights, gradients, scratch).
+func optimizerBytes(o *AdamW) map[gotch.DType]int64 {
+	out := map[gotch.DType]int64{}
+	for _, g := range o.groups {
+		for _, x := range g.buffers() {
+			n := int64(1)
+			for _, d := range x.Size() {
+				n *= d
+			}
+			out[x.DType()] += n * int64(x.DType().Size())
+		}
+	}
+	return out
+}

@@ -66,14 +66,23 @@ func (o *AdamW) update(sg segment, lr float64, clip torch.Raw) {
 // value). Every op is element-wise and its libtorch kernel computes each element the
 // same way whatever its position (vectorised body and scalar tail agree, checked by
 // TestFlatMatchesPerTensor), so the chunking changes no bit.
+//
+// A half-precision group's gradient is first cast to float32 into t2, which is free
+// until it takes −step_size·m after the gradient's last use; the clip scales that cast,
+// and the half-precision gradient keeps its unclipped values.
 func (o *AdamW) updateChunk(sg segment, weights []torch.Raw, lo, n int64, sc stepScalars, clip torch.Raw) {
 	g := sg.g
-	grad := g.src().Narrow(0, lo, n)
+	flat := g.grad.Narrow(0, lo, n)
 	m := g.expAvg.Narrow(0, lo, n)
 	v := g.expAvgSq.Narrow(0, lo, n)
 	t1 := g.tmp.Narrow(0, 0, n)
 	t2 := g.tmp2.Narrow(0, 0, n)
-	defer torch.Free(grad, m, v, t1, t2)
+	defer torch.Free(flat, m, v, t1, t2)
+	grad := flat // the chunk's gradient as the update reads it
+	if g.half {
+		t2.CopyFrom(flat)
+		grad = t2
+	}
 	ps := o.pieces(sg, weights, lo, n)
 	defer ps.free()
 	if clip != (torch.Raw{}) {

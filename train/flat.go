@@ -33,6 +33,16 @@ var stepChunk int64 = 1 << 18
 // buffer at 256 MiB of float32.
 const gpuChunk = 1 << 26
 
+// normChunk is the most elements of a half-precision gradient the gradient norm casts
+// to float32 at once. The cast goes into the group's first scratch buffer, which is
+// sized for it (64 MiB on a CPU; a GPU's gpuChunk is larger already), so there is no
+// float32 copy of the whole gradient: 16 bytes a parameter instead of 20, what lets a
+// 7B update fit one 141 GB GPU (README, "Fitting a 7B update on one GPU"). A parameter
+// up to this size gets its norm from one reduction over its whole float32 gradient, as
+// from a float32 copy, bit for bit; a larger one (a 152K-token embedding, 7B's MLP
+// weights on a GPU) piece by piece (see gradNorm).
+var normChunk int64 = 1 << 24
+
 // chunkFor is the update's chunk on dev, given the CPU's. (gotch reports a tensor's
 // CPU device as {CPU 1}, not gotch.CPU's {CPU -1}, so compare by kind.)
 func chunkFor(dev gotch.Device, cpu int64) int64 {
@@ -52,8 +62,12 @@ type group struct {
 
 	expAvg, expAvgSq torch.Raw // [numel] moments, float32 when half, else dtype
 	grad             torch.Raw // [numel] dtype: each member's gradient is a view into it
-	master, grad32   torch.Raw // [numel] float32 master weights and gradient copy; only when half
-	tmp, tmp2        torch.Raw // [min(numel, chunk)] scratch of the update
+	master           torch.Raw // [numel] float32 master weights; only when half
+	// Scratch of the update, [min(numel, chunk)] each, except that a half group's tmp is
+	// [span] for the gradient norm's float32 casts; the update casts each chunk of
+	// the gradient into tmp2 (see updateChunk).
+	tmp, tmp2 torch.Raw
+	span      int64 // tmp's length
 }
 
 // slot is one parameter's place in its group.
@@ -63,10 +77,9 @@ type slot struct {
 	// Views of the group's buffers in the parameter's shape; master is nil unless the
 	// group is half-precision.
 	expAvg, expAvgSq, master *ts.Tensor
-	// grad is lent to the parameter as its gradient (see adoptGrads); grad32 is the
-	// float32 copy of a half-precision group, else grad again (not a second handle).
-	grad, grad32 torch.Raw
-	step         int64 // updates applied to this parameter (PyTorch's state["step"])
+	// grad is lent to the parameter as its gradient (see adoptGrads).
+	grad torch.Raw
+	step int64 // updates applied to this parameter (PyTorch's state["step"])
 }
 
 // groupKey identifies a group.
@@ -102,24 +115,25 @@ func (o *AdamW) alloc(g *group) {
 	if g.half {
 		state = gotch.Float
 		g.master = torch.RawZeros(shape, state, g.dev)
-		g.grad32 = torch.RawZeros(shape, state, g.dev)
 	}
 	g.expAvg = torch.RawZeros(shape, state, g.dev)
 	g.expAvgSq = torch.RawZeros(shape, state, g.dev)
 	g.grad = torch.RawZeros(shape, g.dtype, g.dev)
-	scratch := []int64{min(g.numel, chunkFor(g.dev, o.chunk))}
-	g.tmp = torch.RawEmpty(scratch, state, g.dev)
-	g.tmp2 = torch.RawEmpty(scratch, state, g.dev)
+	chunk := min(g.numel, chunkFor(g.dev, o.chunk))
+	g.span = chunk
+	if g.half {
+		g.span = min(g.numel, max(chunkFor(g.dev, o.chunk), normChunk))
+	}
+	g.tmp = torch.RawEmpty([]int64{g.span}, state, g.dev)
+	g.tmp2 = torch.RawEmpty([]int64{chunk}, state, g.dev)
 	for _, i := range g.members {
 		s, size := &o.slots[i], o.params[i].T.MustSize()
 		s.expAvg = view(g.expAvg, s.off, size).Wrap()
 		s.expAvgSq = view(g.expAvgSq, s.off, size).Wrap()
 		s.grad = view(g.grad, s.off, size)
-		s.grad32 = s.grad
 		if !g.half {
 			continue
 		}
-		s.grad32 = view(g.grad32, s.off, size)
 		s.master = view(g.master, s.off, size).Wrap()
 		// The parameter may require grad: copy through a detached alias, so the master
 		// records no autograd history.
@@ -143,21 +157,25 @@ func view(flat torch.Raw, off int64, shape []int64) torch.Raw {
 	return part.View(shape...)
 }
 
-// src is the gradient buffer the update reads: the float32 copy when half.
-func (g *group) src() torch.Raw {
-	if g.half {
-		return g.grad32
+// buffers are the tensors g owns, those allocated so far (a failed NewAdamW may leave
+// some unmade, and a full-precision group has no master).
+func (g *group) buffers() []torch.Raw {
+	var out []torch.Raw
+	for _, x := range []torch.Raw{g.expAvg, g.expAvgSq, g.grad, g.master, g.tmp, g.tmp2} {
+		if x != (torch.Raw{}) {
+			out = append(out, x)
+		}
 	}
-	return g.grad
+	return out
 }
 
 // free releases g's buffers; the parameters' gradients must no longer be views.
 func (g *group) free() {
-	freeRaws(g.expAvg, g.expAvgSq, g.grad, g.master, g.grad32, g.tmp, g.tmp2)
+	torch.Free(g.buffers()...)
 }
 
-// freeRaws frees the raws of xs that were made, skipping zero values (buffers a
-// failed NewAdamW never allocated, or a full-precision group's master).
+// freeRaws frees the raws of xs that were made, skipping zero values (handles and
+// views a failed NewAdamW never made).
 func freeRaws(xs ...torch.Raw) {
 	for _, x := range xs {
 		if x != (torch.Raw{}) {

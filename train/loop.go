@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
@@ -62,6 +64,12 @@ type Loop[M Metric] struct {
 	// Prepare reads the stage's data and lays out its plan. It runs only on a cache
 	// miss, before the model loads.
 	Prepare func(ctx context.Context) (Plan, error)
+	// Memory, when set, estimates the peak memory of the plan Prepare laid out (see
+	// EstimateMemory). The run prints it before the model loads and refuses a plan that
+	// does not fit the device (Memory.Fit); BatchFlag names the flag that sets the
+	// tokens of one pass, for the error's advice.
+	Memory    func() (Memory, error)
+	BatchFlag string
 	// Start, when set, measures the model before the first step of a run that is not
 	// resumed (SFT's held-out loss). Its figures are kept in every snapshot, so a
 	// resumed run hands Finish the same ones.
@@ -88,7 +96,18 @@ type Result struct {
 // Option sets a runtime knob of a training run that does not change its output.
 type Option func(*options)
 
-type options struct{ snapshotEvery int }
+type options struct {
+	snapshotEvery int
+	deviceMemory  int64
+}
+
+// WithDeviceMemory sets the bytes the training device offers, which the memory
+// estimate must fit in (Loop.Memory). 0, the default, reads MemAvailable from
+// /proc/meminfo on the CPU and checks nothing on a GPU, whose memory libtorch's C API
+// does not report.
+func WithDeviceMemory(n int64) Option {
+	return func(o *options) { o.deviceMemory = n }
+}
 
 // WithSnapshotEvery saves a resumable snapshot after every n-th optimizer step, as
 // well as after the last step of each epoch, which always gets one; n <= 0 saves at
@@ -145,6 +164,9 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
+	if err := l.checkMemory(spec, o.deviceMemory); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Stage, err)
+	}
 	r := &run[M]{Loop: l, spec: spec, art: art, plan: plan, every: o.snapshotEvery}
 	defer r.drop()
 	if err := r.load(); err != nil {
@@ -158,6 +180,33 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
 	return &Result{Dir: spec.Out, Key: key, Resumed: r.snap.Step, State: st}, nil
+}
+
+// checkMemory prints the memory estimate of the plan and checks it against avail bytes,
+// or, when avail is 0, against the CPU's available memory.
+func (l Loop[M]) checkMemory(spec jobs.Spec, avail int64) error {
+	if l.Memory == nil {
+		return nil
+	}
+	est, err := l.Memory()
+	if err != nil {
+		return err
+	}
+	dev := cmp.Or(l.Model.Device, "cpu")
+	if avail == 0 && dev == "cpu" {
+		if kb, ok := procstat.MemKB("MemAvailable"); ok {
+			avail = kb << 10
+		}
+	}
+	have := "not checked: pass --device-memory"
+	if avail > 0 {
+		have = ByteSize(avail) + " available"
+	}
+	fmt.Fprintf(spec.Stdout, "%s: memory estimate on %s (%s): %s\n", l.Stage, dev, have, est)
+	spec.Log.Info("memory estimate", "device", dev, "available", avail, "total", est.Total(),
+		"weights", est.Weights, "gradients", est.Grads, "optimizer", est.Optimizer,
+		"activations", est.Activations, "logits", est.Logits, "transient", est.Transient)
+	return est.Fit(avail, dev, l.BatchFlag)
 }
 
 // hit reports a cache hit on stdout and returns the checkpoint's trainer state.
@@ -229,6 +278,9 @@ func (r *run[M]) load() (err error) {
 		return err
 	}
 	if err := r.loadOptimizer(); err != nil {
+		return err
+	}
+	if err := r.adam.LendGrads(); err != nil {
 		return err
 	}
 	if r.resumed {

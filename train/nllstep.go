@@ -17,6 +17,9 @@ type NLLStep struct {
 	Chunk int // logits chunk of the scoring pass (qwen2.ScoreConfig)
 	// ContextWeight > 0 also trains on the context tokens, each with this weight.
 	ContextWeight float64
+	// GradCheckpoint recomputes the pass layer by layer in the backward pass
+	// (qwen2.Checkpointed) instead of keeping every layer's activations.
+	GradCheckpoint bool
 }
 
 // Backward runs one batch: the mean NLL of every response token of the batch (token
@@ -43,10 +46,11 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 		}
 		tokens += len(e.Response)
 	}
-	lp, _, err := t.Model.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.Chunk})
+	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint)
 	if err != nil {
 		return 0, 0, err
 	}
+	defer ck.Free()
 	var live []*ts.Tensor
 	defer func() { torch.Drop(live...) }()
 	live = append(live, lp)
@@ -86,7 +90,9 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 	}
 	nll := torch.Must(objective.Neg(false))
 	live = append(live, nll)
-	torch.Check(nll.Backward())
+	if err := backward(nll, ck); err != nil {
+		return 0, 0, err
+	}
 	return -v, tokens, nil
 }
 

@@ -27,6 +27,9 @@ type PPOStep struct {
 	Objective   Objective
 	Chunk       int     // logits chunk of the scoring pass (qwen2.ScoreConfig)
 	Temperature float64 // the rollout's sampling temperature, applied to the logits
+	// GradCheckpoint recomputes the pass layer by layer in the backward pass
+	// (qwen2.Checkpointed) instead of keeping every layer's activations.
+	GradCheckpoint bool
 }
 
 // Micro runs one micro-batch of a mini-batch: the policy's log-probs and entropies of
@@ -52,10 +55,11 @@ func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error)
 		width = max(width, len(s.Response))
 		n += len(s.Response)
 	}
-	lp, ent, err := t.Model.LogProbTensor(pairs, qwen2.ScoreConfig{Chunk: t.Chunk, Entropy: true, Temperature: t.Temperature})
+	lp, ent, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk, Entropy: true, Temperature: t.Temperature}, t.GradCheckpoint)
 	if err != nil {
 		return st, err
 	}
+	defer ck.Free()
 	var live []*ts.Tensor
 	defer func() { torch.Drop(live...) }()
 	live = append(live, lp, ent)
@@ -122,8 +126,27 @@ func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error)
 	if math.IsNaN(st.Total) || math.IsInf(st.Total, 0) {
 		return st, fmt.Errorf("loss %v (pg_loss %v, kl %v, entropy %v): %w", st.Total, st.Loss, st.KL, st.Entropy, ErrNonFinite)
 	}
+	return st, backward(loss, ck)
+}
+
+// scores is the model's log-probs (and entropies) of pairs with gradients, through a
+// checkpointed pass when checkpoint is set (ck is then not nil).
+func scores(m *qwen2.Model, pairs []qwen2.Pair, cfg qwen2.ScoreConfig, checkpoint bool) (lp, ent *ts.Tensor, ck *qwen2.Checkpointed, err error) {
+	if checkpoint {
+		return m.LogProbTensorCheckpointed(pairs, cfg)
+	}
+	lp, ent, err = m.LogProbTensor(pairs, cfg)
+	return lp, ent, nil, err
+}
+
+// backward backpropagates loss into the weights' gradients: through ck's recomputation
+// when the pass was checkpointed, else through the graph autograd kept.
+func backward(loss *ts.Tensor, ck *qwen2.Checkpointed) error {
+	if ck != nil {
+		return ck.Backward(loss)
+	}
 	torch.Check(loss.Backward())
-	return st, nil
+	return nil
 }
 
 // scatterPadded lays the flat per-token values x: [n] out as [rows, width] through idx:

@@ -30,6 +30,8 @@ type command struct {
 	// snapshotEvery is the update's resume granularity: a snapshot after every
 	// mini-batch unless told otherwise, so a killed update loses at most one.
 	snapshotEvery int
+	// deviceMemory is --device-memory, in GiB.
+	deviceMemory float64
 }
 
 func (cmd *command) flags() *app.Flags {
@@ -53,7 +55,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.MiniBatches, cli.IntFlag{Name: "mini-batches", Category: "Batching", Usage: "mini-batches per epoch; one optimizer step each"}),
 		app.Int(&cfg.MicroTokenBudget, cli.IntFlag{Name: "micro-token-budget", Category: "Batching", Usage: "rows × padded tokens of one forward/backward pass; gradients accumulate over a mini-batch's passes exactly (0: one pass per mini-batch)"}),
 		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}).Check(app.AtLeast(&cmd.snapshotEvery, 0)),
-	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType))
+	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory))
 }
 
 // outFlag is the stage's --out, a checkpoint rather than a dataset.
@@ -70,6 +72,7 @@ func (cmd *command) run(c *cli.Context) error {
 	if err := cmd.cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	_, err = update.Run(c.Context, cmd.cfg, cmd.in, spec, train.WithSnapshotEvery(cmd.snapshotEvery))
+	_, err = update.Run(c.Context, cmd.cfg, cmd.in, spec, train.WithSnapshotEvery(cmd.snapshotEvery),
+		train.WithDeviceMemory(torchflag.Bytes(cmd.deviceMemory)))
 	return err
 }

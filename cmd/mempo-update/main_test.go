@@ -24,7 +24,7 @@ func TestConfigReplay(t *testing.T) {
 	want.Objective.KLCoef, want.Objective.EntropyCoef = 0.01, 0.001
 	want.AdamW.LR, want.AdamW.Beta2, want.AdamW.WarmupSteps = 3e-4, 0.99, 10
 	want.PPOEpochs, want.MiniBatches, want.MicroTokenBudget, want.Temperature = 2, 8, 4096, 0.7
-	want.Chunk, want.Device, want.DType = 64, "cuda:1", "bfloat16"
+	want.Chunk, want.Device, want.DType, want.GradCheckpoint = 64, "cpu", "bfloat16", true
 	got := command{cfg: update.DefaultConfig()}
 	apptest.Replay(t, got.flags(), want, "--policy", "p", "--ref", "r", "--rollouts", "x", "--logprobs", "l", "--advantages", "a")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {

@@ -18,6 +18,8 @@ type sftCmd struct {
 	in  sft.Inputs
 	// snapshotEvery adds snapshots between the ones at each epoch's end; 0 adds none.
 	snapshotEvery int
+	// deviceMemory is --device-memory, in GiB.
+	deviceMemory float64
 }
 
 func sftCommand() *cli.Command {
@@ -55,7 +57,7 @@ func (s *sftCmd) flags() *app.Flags {
 		// Config.Validate checks the schedule's name.
 		app.Enum(&cfg.Schedule, cli.StringFlag{Name: "schedule", Category: "Optimizer", Usage: "LR after warm-up: constant, or linear (decay to 0 at the last step)"}, nil),
 		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}).Check(app.AtLeast(&s.snapshotEvery, 0)),
-	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType))
+	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType), torchflag.Memory(&cfg.GradCheckpoint, &s.deviceMemory))
 }
 
 // sftOutFlag is sft's --out, a checkpoint rather than a dataset.
@@ -72,6 +74,7 @@ func (s *sftCmd) run(c *cli.Context) error {
 	if err := s.cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
-	_, err = sft.Run(c.Context, s.cfg, s.in, spec, train.WithSnapshotEvery(s.snapshotEvery))
+	_, err = sft.Run(c.Context, s.cfg, s.in, spec, train.WithSnapshotEvery(s.snapshotEvery),
+		train.WithDeviceMemory(torchflag.Bytes(s.deviceMemory)))
 	return err
 }

@@ -1,4 +1,5 @@
-// Package procstat reads the process's memory figures from /proc/self/status.
+// Package procstat reads the process's memory figures from /proc/self/status and the
+// machine's from /proc/meminfo.
 package procstat
 
 import (
@@ -9,8 +10,14 @@ import (
 
 // KB returns a kB field of /proc/self/status (VmRSS: resident now, VmHWM: the peak),
 // and false where the file or the field is missing.
-func KB(field string) (int64, bool) {
-	b, err := os.ReadFile("/proc/self/status")
+func KB(field string) (int64, bool) { return kbField("/proc/self/status", field) }
+
+// MemKB returns a kB field of /proc/meminfo (MemAvailable: what new allocations can
+// get without swapping, MemTotal), and false where the file or the field is missing.
+func MemKB(field string) (int64, bool) { return kbField("/proc/meminfo", field) }
+
+func kbField(path, field string) (int64, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}

@@ -21,3 +21,14 @@ func TestKB(t *testing.T) {
 		t.Error("a missing field reads as present")
 	}
 }
+
+func TestMemKB(t *testing.T) {
+	if _, err := os.Stat("/proc/meminfo"); err != nil {
+		t.Skip("no /proc/meminfo on this platform")
+	}
+	avail, ok := MemKB("MemAvailable")
+	total, okTotal := MemKB("MemTotal")
+	if !ok || !okTotal || avail <= 0 || avail > total {
+		t.Errorf("MemAvailable %d (%v), MemTotal %d (%v): want both, available at most the total", avail, ok, total, okTotal)
+	}
+}

@@ -171,30 +171,14 @@ func (m *Model) checkPair(p Pair) error {
 // autograd's own accumulation (see Model.embed and Model.logits).
 func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
 	cfg = cfg.withDefaults()
-	for i, p := range pairs {
-		if err := m.checkPair(p); err != nil {
-			return nil, nil, fmt.Errorf("pair %d: %w", i, err)
-		}
+	b, at, target, err := m.packPairs(pairs)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer torch.Catch(fmt.Sprintf("log-probs of %d pairs", len(pairs)), &err)
-	seqs := make([][]int64, len(pairs))
-	for i, p := range pairs {
-		seqs[i] = append(append(make([]int64, 0, len(p.Context)+len(p.Response)), p.Context...), p.Response...)
-	}
-	b := packRows(seqs)
-	var at, target []int64 // flat index of the predicting slot, and its target
-	for i, p := range pairs {
-		for j, tok := range p.Response {
-			at = append(at, int64(b.slot[i]+len(p.Context)-1+j))
-			target = append(target, tok)
-		}
-	}
 	n := int64(len(at))
 	if n == 0 || len(pairs) == 0 {
-		lp = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
-		if cfg.Entropy {
-			ent = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
-		}
+		lp, ent = m.noScores(cfg)
 		return lp, ent, nil
 	}
 	ids, pos, bias := b.inputs(m)
@@ -213,6 +197,37 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 		ent = e.Wrap()
 	}
 	return lp, ent, nil
+}
+
+// packPairs checks pairs and packs them into rows (packRows); at is the flat slot
+// predicting each response token, target the token.
+func (m *Model) packPairs(pairs []Pair) (b rowPack, at, target []int64, err error) {
+	for i, p := range pairs {
+		if err := m.checkPair(p); err != nil {
+			return rowPack{}, nil, nil, fmt.Errorf("pair %d: %w", i, err)
+		}
+	}
+	seqs := make([][]int64, len(pairs))
+	for i, p := range pairs {
+		seqs[i] = append(append(make([]int64, 0, len(p.Context)+len(p.Response)), p.Context...), p.Response...)
+	}
+	b = packRows(seqs)
+	for i, p := range pairs {
+		for j, tok := range p.Response {
+			at = append(at, int64(b.slot[i]+len(p.Context)-1+j))
+			target = append(target, tok)
+		}
+	}
+	return b, at, target, nil
+}
+
+// noScores is LogProbTensor's result for pairs without response tokens.
+func (m *Model) noScores(cfg ScoreConfig) (lp, ent *ts.Tensor) {
+	lp = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
+	if cfg.Entropy {
+		ent = torch.RawEmpty([]int64{0}, gotch.Float, m.device).Wrap()
+	}
+	return lp, ent
 }
 
 // chunkLogProbs maps hidden states sel: [n, hidden] and targets tgt: [n, 1] int64

@@ -26,26 +26,12 @@ type rowPack struct {
 // padding every sequence to the longest wasted a large share of the slots; a batch of
 // similar lengths packs one per row as before.
 func packRows(seqs [][]int64) rowPack {
-	order := make([]int, len(seqs))
-	for i := range order {
-		order[i] = i
+	lengths := make([]int, len(seqs))
+	for i, s := range seqs {
+		lengths[i] = len(s)
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(len(seqs[b]), len(seqs[a])) })
-	p := rowPack{slot: make([]int, len(seqs))}
-	if len(seqs) > 0 {
-		p.width = len(seqs[order[0]])
-	}
-	var used []int // per row: slots taken
-	for _, i := range order {
-		r := slices.IndexFunc(used, func(u int) bool { return u+len(seqs[i]) <= p.width })
-		if r < 0 {
-			r = len(used)
-			used = append(used, 0)
-		}
-		p.slot[i] = r*p.width + used[r]
-		used[r] += len(seqs[i])
-	}
-	p.rows = len(used)
+	var p rowPack
+	p.slot, p.rows, p.width = place(lengths)
 	p.ids = make([]int64, p.rows*p.width)
 	p.pos = make([]int64, p.rows*p.width)
 	p.first = make([]int, p.rows*p.width)
@@ -59,6 +45,39 @@ func packRows(seqs [][]int64) rowPack {
 		}
 	}
 	return p
+}
+
+// PackShape is the rows and width of the batch that sequences of these lengths are
+// packed into for one forward pass (as LogProbTensor packs them): rows·width token
+// slots, padding included, which is what a training pass's memory grows with.
+func PackShape(lengths []int) (rows, width int) {
+	_, rows, width = place(lengths)
+	return rows, width
+}
+
+// place is packRows' layout of sequences of these lengths: each one's first flat slot,
+// the rows and the width.
+func place(lengths []int) (slot []int, rows, width int) {
+	order := make([]int, len(lengths))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(lengths[b], lengths[a]) })
+	slot = make([]int, len(lengths))
+	if len(lengths) > 0 {
+		width = lengths[order[0]]
+	}
+	var used []int // per row: slots taken
+	for _, i := range order {
+		r := slices.IndexFunc(used, func(u int) bool { return u+lengths[i] <= width })
+		if r < 0 {
+			r = len(used)
+			used = append(used, 0)
+		}
+		slot[i] = r*width + used[r]
+		used[r] += lengths[i]
+	}
+	return slot, len(used), width
 }
 
 // bias is the additive attention mask [rows, 1, width, width] as hidden takes it: 0

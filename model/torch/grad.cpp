@@ -1,5 +1,6 @@
 // Access to a tensor's gradient slot, which gotch reads (atg_grad) but cannot set.
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cstring>
 #include <exception>
@@ -24,5 +25,33 @@ int mempo_torch_grad_is(void *t, void *g) {
     return -1;
   }
   return grad.unsafeGetTensorImpl() == static_cast<at::Tensor *>(g)->unsafeGetTensorImpl();
+}
+
+// mempo_torch_leaf stores in *out a tensor that shares t's storage, has no autograd
+// history and requires grad (t.detach().requires_grad_()); it returns a malloc'd
+// error message or NULL.
+char *mempo_torch_leaf(void **out, void *t) {
+  try {
+    *out = new at::Tensor(static_cast<at::Tensor *>(t)->detach().requires_grad_(true));
+    return nullptr;
+  } catch (const std::exception &e) {
+    return strdup(e.what());
+  }
+}
+
+// mempo_torch_backward runs torch.autograd.backward(roots, grads) without keeping the
+// graph; it returns a malloc'd error message or NULL.
+char *mempo_torch_backward(void **roots, void **grads, int n) {
+  try {
+    std::vector<at::Tensor> r, g;
+    for (int i = 0; i < n; ++i) {
+      r.push_back(*static_cast<at::Tensor *>(roots[i]));
+      g.push_back(*static_cast<at::Tensor *>(grads[i]));
+    }
+    torch::autograd::backward(r, g, /*keep_graph=*/false, /*create_graph=*/false);
+    return nullptr;
+  } catch (const std::exception &e) {
+    return strdup(e.what());
+  }
 }
 }

@@ -3,10 +3,13 @@ package torch
 // #include <stdlib.h>
 // char *mempo_torch_set_grad(void *t, void *g);
 // int mempo_torch_grad_is(void *t, void *g);
+// char *mempo_torch_leaf(void **out, void *t);
+// char *mempo_torch_backward(void **roots, void **grads, int n);
 import "C"
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 
 	lib "github.com/sugarme/gotch/libtch"
@@ -55,4 +58,33 @@ func (x Raw) Alias() Raw {
 	Check(ts.TorchErr())
 	liveRaws.Add(1)
 	return Raw{c}
+}
+
+// Leaf is a tensor sharing x's storage with no autograd history that requires grad
+// (x.detach().requires_grad_()): the input of a segment of a network whose forward
+// pass is recomputed for its backward pass, which leaves the segment's input gradient
+// in the leaf's Grad.
+func (x Raw) Leaf() Raw {
+	return cpp(func(out *unsafe.Pointer) *C.char { return C.mempo_torch_leaf(out, unsafe.Pointer(x.c)) })
+}
+
+// Backward runs the backward pass from roots given their gradients, grads[i] of
+// roots[i]'s shape (torch.autograd.backward(roots, grads)), accumulating into the
+// leaves' gradients; the graph is freed.
+func Backward(roots, grads []Raw) {
+	if len(roots) != len(grads) || len(roots) == 0 {
+		panic(fmt.Sprintf("backward: %d roots and %d gradients, want as many and at least one", len(roots), len(grads)))
+	}
+	// The handles go to C in C memory: cgo forbids Go memory holding Go pointers.
+	n := len(roots)
+	mem := C.malloc(C.size_t(2 * n * int(unsafe.Sizeof(unsafe.Pointer(nil)))))
+	defer C.free(mem)
+	ptrs := unsafe.Slice((*unsafe.Pointer)(mem), 2*n)
+	for i := range n {
+		ptrs[i], ptrs[n+i] = unsafe.Pointer(roots[i].c), unsafe.Pointer(grads[i].c)
+	}
+	if msg := C.mempo_torch_backward(&ptrs[0], &ptrs[n], C.int(n)); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		panic(errors.New(C.GoString(msg)))
+	}
 }

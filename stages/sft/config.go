@@ -73,6 +73,10 @@ type Config struct {
 	Chunk  int    `json:"chunk"`
 	Device string `json:"device"`
 	DType  string `json:"dtype,omitempty"`
+	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
+	// instead of keeping them (qwen2.Checkpointed): far less memory per batch for one
+	// more forward pass. The gradients equal the plain pass's to float32 rounding.
+	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
 }
 
 // DefaultConfig clones the demo's oracle (it forgets a fact with probability 0.2 and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mempo/mempo/agent/protocol"
@@ -81,6 +82,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
 		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType}, AdamW: cfg.AdamW,
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
+		Memory: r.memory, BatchFlag: "--batch-tokens",
 	}
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(0)}, opt...)...)
 	if err != nil || res.Hit {
@@ -107,7 +109,8 @@ type run struct {
 	examples      []example
 	held          []example
 	steps         []batch
-	before, after float64 // held-out loss
+	before, after float64      // held-out loss
+	model         qwen2.Config // the policy's, in the dtype it trains in
 }
 
 // prepare plays the oracle on every question, replays each trajectory through the
@@ -127,6 +130,10 @@ func (r *run) prepare(ctx context.Context) (train.Plan, error) {
 	}
 	if err := mc.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
 		return train.Plan{}, fmt.Errorf("policy %s: %w", r.in.Policy, err)
+	}
+	r.model = mc
+	if r.cfg.DType != "" {
+		r.model.TorchDType = r.cfg.DType
 	}
 	perTraj, err := r.clone(ctx, tok, mc.MaxPositions)
 	if err != nil {
@@ -188,9 +195,26 @@ func (r *run) layout(perTraj [][]int) train.Plan {
 	return p
 }
 
+// memory estimates the peak memory of the plan: its largest batch, each one pass.
+func (r *run) memory() (train.Memory, error) {
+	passes := make([]train.Pass, len(r.steps))
+	for k, b := range r.steps {
+		for _, j := range b.Examples {
+			e := r.examples[j]
+			passes[k].Lengths = append(passes[k].Lengths, e.len())
+			passes[k].Scored += len(e.Response)
+			if r.cfg.ContextLossWeight > 0 && len(e.Context) > 0 {
+				passes[k].Scored += len(e.Context) - 1
+			}
+		}
+	}
+	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
+	return train.PlanMemory(r.model, s, passes), nil
+}
+
 // nll is the supervised step on m with the config's chunk and context weight.
 func (r *run) nll(m *qwen2.Model) train.NLLStep {
-	return train.NLLStep{Model: m, Chunk: r.cfg.Chunk, ContextWeight: r.cfg.ContextLossWeight}
+	return train.NLLStep{Model: m, Chunk: r.cfg.Chunk, ContextWeight: r.cfg.ContextLossWeight, GradCheckpoint: r.cfg.GradCheckpoint}
 }
 
 // start measures the held-out loss of the policy before training.

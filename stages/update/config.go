@@ -60,6 +60,10 @@ type Config struct {
 	// checkpoint's). A bfloat16 model trains with float32 master weights in AdamW.
 	Device string `json:"device"`
 	DType  string `json:"dtype,omitempty"`
+	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
+	// instead of keeping them (qwen2.Checkpointed): far less memory per pass for one
+	// more forward pass. The gradients equal the plain pass's to float32 rounding.
+	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
 }
 
 // DefaultConfig is the paper's setting (DESIGN.md §7): verl's objective, AdamW at LR

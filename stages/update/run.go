@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mempo/mempo/format"
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
 		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType}, AdamW: cfg.AdamW,
 		Continue: true,
-		Prepare:  r.prepare, Step: r.step,
+		Prepare:  r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
 		Finish: func(_ *qwen2.Model, _ map[string]float64, mets []Metric) (map[string]float64, error) {
 			return summary(mets), nil
 		},
@@ -96,6 +97,7 @@ type run struct {
 	now     func() time.Time
 	samples []Sample
 	plan    []Batch
+	model   qwen2.Config // the policy's, in the dtype it trains in
 }
 
 // prepare joins the three datasets into samples, checks each fits the policy, and
@@ -115,6 +117,10 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 	if err := fits(mc, r.samples); err != nil {
 		return train.Plan{}, err
 	}
+	r.model = mc
+	if r.cfg.DType != "" {
+		r.model.TorchDType = r.cfg.DType
+	}
 	pcg := rand.NewPCG(uint64(r.seed), planStream)
 	if r.plan, err = Plan(len(r.samples), r.cfg.PPOEpochs, r.cfg.MiniBatches, rand.New(pcg)); err != nil {
 		return train.Plan{}, err
@@ -129,8 +135,32 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 
 // step runs step k of the plan, mini-batch plan[k], on the model being trained.
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	pass := train.PPOStep{Model: m, Objective: r.cfg.Objective, Chunk: r.cfg.Chunk, Temperature: r.cfg.Temperature}
+	pass := train.PPOStep{Model: m, Objective: r.cfg.Objective, Chunk: r.cfg.Chunk, Temperature: r.cfg.Temperature,
+		GradCheckpoint: r.cfg.GradCheckpoint}
 	return step(pass, adam, r.samples, r.plan[k], r.cfg, r.now)
+}
+
+// memory estimates the peak memory of the plan: its largest micro-batch, as step cuts
+// the mini-batches.
+func (r *run) memory() (train.Memory, error) {
+	var passes []train.Pass
+	for _, b := range r.plan {
+		for _, mi := range micros(r.samples, b, r.cfg.MicroTokenBudget) {
+			p := train.Pass{}
+			for _, i := range mi {
+				p.Lengths = append(p.Lengths, r.samples[i].Len())
+				p.Scored += len(r.samples[i].Response)
+			}
+			passes = append(passes, p)
+		}
+	}
+	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
+	return train.PlanMemory(r.model, s, passes), nil
+}
+
+// micros cuts mini-batch b into its micro-batches by the token budget.
+func micros(samples []Sample, b Batch, budget int) [][]int {
+	return qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, budget)
 }
 
 // step runs one mini-batch: every micro-batch's forward and backward under the
@@ -145,7 +175,7 @@ func step(pass train.PPOStep, adam *train.AdamW, samples []Sample, b Batch, cfg 
 	if err != nil {
 		return Metric{}, err
 	}
-	micros := qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, cfg.MicroTokenBudget)
+	micros := micros(samples, b, cfg.MicroTokenBudget)
 	var st train.Stats
 	for j, mi := range micros {
 		batch := make([]*train.Sequence, len(mi))

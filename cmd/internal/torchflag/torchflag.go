@@ -87,3 +87,20 @@ func AdamW(cfg *train.AdamWConfig) []app.Flag {
 			Usage: "clip the global gradient L2 norm to this; 0 disables clipping"}),
 	}
 }
+
+// Memory binds the memory flags of the two training commands: --grad-checkpoint to the
+// stage's GradCheckpoint field, and --device-memory, which is no config field (it
+// decides whether a run starts, not what it computes), to *gib.
+func Memory(checkpoint *bool, gib *float64) []app.Flag {
+	return []app.Flag{
+		app.Bool(checkpoint, cli.BoolFlag{Name: "grad-checkpoint", Category: "Memory",
+			Usage: "recompute each decoder layer's activations (and the logits, chunk by chunk) in the backward pass instead of keeping them: " +
+				"a pass then holds every layer's input, one layer's activations and one chunk's logits, for one more forward pass; gradients match to float32 rounding"}),
+		app.Float64(gib, cli.Float64Flag{Name: "device-memory", Category: "Memory",
+			Usage: "memory of the training device in `GiB`, which the memory estimate printed before training must fit in; " +
+				"0: MemAvailable of /proc/meminfo on the CPU, unchecked on a GPU"}).Check(app.AtLeast(gib, 0)),
+	}
+}
+
+// Bytes converts a --device-memory value in GiB to bytes.
+func Bytes(gib float64) int64 { return int64(gib * (1 << 30)) }

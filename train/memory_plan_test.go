@@ -1,0 +1,85 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mempo/mempo/model/qwen2"
+)
+
+// qwen7B is Qwen2.5-7B's shape (its config.json) in bfloat16.
+func qwen7B() qwen2.Config {
+	return qwen2.Config{
+		Architectures: []string{qwen2.Architecture}, HiddenSize: 3584, IntermediateSize: 18944, NumLayers: 28,
+		NumHeads: 28, NumKVHeads: 4, RopeTheta: 1e6, MaxPositions: 32768, RMSNormEps: 1e-6, VocabSize: 152064,
+		TorchDType: "bfloat16", HiddenAct: "silu",
+	}
+}
+
+// h200 is one 141 GB GPU's memory.
+const h200 = 141e9
+
+// TestEstimateMemory7B: the static terms of a bfloat16 Qwen2.5-7B are 16 bytes per
+// parameter (no float32 gradient copy) plus AdamW's scratch; checkpointing shrinks the
+// activations and logits of a long pass and nothing else; on one 141 GB GPU an 8k-token
+// pass fits with checkpointing and not without, and a pass that does not fit is
+// refused naming the largest term and the flags that lower it. It logs the README's
+// table (-v).
+func TestEstimateMemory7B(t *testing.T) {
+	c := qwen7B()
+	P := c.NumParams()
+	if P < 7.6e9 || P > 7.7e9 {
+		t.Fatalf("Qwen2.5-7B shape has %d parameters, want 7.62B", P)
+	}
+	m := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true})
+	if got, want := m.Weights+m.Grads+m.Optimizer, 16*P+8*gpuChunk; got != want {
+		t.Errorf("static terms = %d bytes, want 16 per parameter + scratch = %d", got, want)
+	}
+	ck := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true})
+	if !(ck.Activations < m.Activations/10) || ck.Weights != m.Weights || ck.Optimizer != m.Optimizer || ck.Transient != m.Transient {
+		t.Errorf("checkpointed %+v vs plain %+v: want a tenth of the activations or less, the rest equal", ck, m)
+	}
+	err := m.Fit(h200, "cuda", "--micro-token-budget")
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "largest term is activations") || !strings.Contains(err.Error(), "--grad-checkpoint") {
+		t.Errorf("Fit(141 GB) of an 8k pass without checkpointing = %v, want ErrMemory naming activations and --grad-checkpoint", err)
+	}
+	if err := ck.Fit(h200, "cuda", "--micro-token-budget"); err != nil {
+		t.Errorf("Fit(141 GB) of an 8k pass with checkpointing = %v, want nil", err)
+	}
+	// A 16k pass does not fit beside the state even checkpointed; the state is the
+	// largest term but fits alone, so the fix named is the pass.
+	long := EstimateMemory(c, Shape{Rows: 1, Width: 16384, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true})
+	err = long.Fit(h200, "cuda", "--micro-token-budget")
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "largest term is optimizer") || !strings.Contains(err.Error(), "lower --micro-token-budget") {
+		t.Errorf("Fit(141 GB) of a 16k pass with checkpointing = %v, want ErrMemory naming the optimizer and --micro-token-budget", err)
+	}
+
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "static %s; per pass (activations + logits + transient), and whether the step fits 141 GB:\n"+
+		"| context | rows | scored | plain | fits | `--grad-checkpoint` | fits |\n|---|---|---|---|---|---|---|\n",
+		ByteSize(m.Weights+m.Grads+m.Optimizer))
+	for _, w := range []int{1024, 2048, 4096, 8192, 16384, 32768} {
+		seen := map[int]bool{}
+		for _, rows := range []int{1, 8192 / w, 32768 / w} {
+			if rows < 1 || seen[rows] {
+				continue
+			}
+			seen[rows] = true
+			s := Shape{Rows: rows, Width: w, Scored: rows * min(512, w/2), Entropy: true, CUDA: true}
+			p := EstimateMemory(c, s)
+			s.GradCheckpoint = true
+			q := EstimateMemory(c, s)
+			pass := func(m Memory) string { return ByteSize(m.Activations + m.Logits + m.Transient) }
+			fits := func(m Memory) string {
+				if m.Fit(h200, "cuda", "--micro-token-budget") == nil {
+					return "yes"
+				}
+				return "no"
+			}
+			fmt.Fprintf(&tab, "| %d | %d | %d | %s | %s | %s | %s |\n", w, rows, s.Scored, pass(p), fits(p), pass(q), fits(q))
+		}
+	}
+	t.Log(tab.String())
+}

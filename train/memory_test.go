@@ -1,0 +1,170 @@
+package train
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mempo/mempo/internal/procstat"
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
+)
+
+// memoryCase is one training step whose peak memory TestMemoryEstimate measures: a
+// model of preset (truncated to layers when > 0) in dtype, and one PPO micro-batch of
+// turns sequences of context + response tokens.
+type memoryCase struct {
+	preset            string
+	layers            int
+	dtype             string
+	turns             int
+	context, response int
+	checkpoint        bool
+}
+
+var memoryCases = map[string]memoryCase{
+	"tiny":          {preset: "tiny", dtype: "float32", turns: 8, context: 192, response: 64},
+	"tiny-bf16":     {preset: "tiny", dtype: "bfloat16", turns: 8, context: 192, response: 64},
+	"tiny-4k":       {preset: "tiny", dtype: "float32", turns: 1, context: 3968, response: 128},
+	"tiny-4k-ckpt":  {preset: "tiny", dtype: "float32", turns: 1, context: 3968, response: 128, checkpoint: true},
+	"0.5b-shape-2l": {preset: "qwen2.5-0.5b-shape", layers: 2, dtype: "float32", turns: 2, context: 192, response: 64},
+}
+
+func (c memoryCase) config(t testing.TB) qwen2.Config {
+	cfg, err := qwen2.Preset(c.preset, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.layers > 0 {
+		cfg.NumLayers, cfg.MaxWindowLayers = c.layers, c.layers
+	}
+	cfg.TorchDType = c.dtype
+	return cfg
+}
+
+// estimate is EstimateMemory of the case's step.
+func (c memoryCase) estimate(t testing.TB) Memory {
+	lengths := make([]int, c.turns)
+	for i := range lengths {
+		lengths[i] = c.context + c.response
+	}
+	return PlanMemory(c.config(t), Shape{Entropy: true, GradCheckpoint: c.checkpoint},
+		[]Pass{{Lengths: lengths, Scored: c.turns * c.response}})
+}
+
+// memoryChild names the case a child process of TestMemoryEstimate measures.
+const memoryChild = "MEMPO_TRAIN_MEMORY_CASE"
+
+// TestMemoryEstimate checks EstimateMemory against the measured peak RSS of one
+// training step (model, flat AdamW with lent gradients, one PPO micro-batch with
+// entropies, the optimizer step) on the CPU, each case in a fresh process: the
+// estimate must be within 0.7-1.5× of the peak's growth over the RSS before the model
+// was built.
+func TestMemoryEstimate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a step of each case in a child process")
+	}
+	for _, name := range []string{"tiny", "tiny-bf16", "tiny-4k", "tiny-4k-ckpt", "0.5b-shape-2l"} {
+		t.Run(name, func(t *testing.T) {
+			c := memoryCases[name]
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$")
+			cmd.Env = append(os.Environ(), memoryChild+"="+name)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			got, ok := measured(string(out))
+			if !ok {
+				t.Fatalf("child printed no measurement:\n%s", out)
+			}
+			est := c.estimate(t)
+			ratio := float64(est.Total()) / got
+			t.Logf("%s: measured peak growth %s, estimate %s, ratio %.2f", name, ByteSize(int64(got)), est, ratio)
+			if ratio < 0.7 || ratio > 1.5 {
+				t.Errorf("estimate %s is %.2f× the measured %s, want 0.7-1.5×", ByteSize(est.Total()), ratio, ByteSize(int64(got)))
+			}
+		})
+	}
+}
+
+// measured reads the child's "memory_peak_bytes N" line.
+func measured(out string) (float64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "memory_peak_bytes "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestMemoryChild is TestMemoryEstimate's child; it does nothing in a normal run.
+func TestMemoryChild(t *testing.T) {
+	name := os.Getenv(memoryChild)
+	if name == "" {
+		return
+	}
+	c := memoryCases[name]
+	torch.BoundHeap() // as the training stages run
+	base, _ := procstat.KB("VmRSS")
+	cfg := c.config(t)
+	m, err := qwen2.New(cfg, qwen2.Options{DType: c.dtype})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Drop()
+	if err := m.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Trainable(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adam, err := NewAdamW(ps, DefaultAdamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adam.Drop()
+	if err := adam.LendGrads(); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var batch []*Sequence
+	var lengths []int
+	for range c.turns {
+		s := &Sequence{}
+		for range c.context {
+			s.Context = append(s.Context, rng.Int64N(int64(cfg.VocabSize)))
+		}
+		for range c.response {
+			s.Response = append(s.Response, rng.Int64N(int64(cfg.VocabSize)))
+			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
+			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
+			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
+		}
+		batch, lengths = append(batch, s), append(lengths, c.response)
+	}
+	div, err := Divisor(DefaultObjective.Agg, lengths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torch.TrimHeap()
+	torchtest.ResetPeakRSS(t)
+	step := PPOStep{Model: m, Objective: DefaultObjective, GradCheckpoint: c.checkpoint}
+	if _, err := step.Micro(batch, div); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adam.Step(); err != nil && !errors.Is(err, ErrNonFinite) {
+		t.Fatal(err)
+	}
+	peak, _ := procstat.KB("VmHWM")
+	fmt.Printf("memory_peak_bytes %d\n", (peak-base)<<10)
+}
