@@ -1,6 +1,12 @@
 # mempo — build, test, benchmark and demo entry points.
 # `make demo` and `make test` work on a fresh clone: Go fetches modules, build/libtorch.sh
 # fetches the pinned libtorch 2.1.2 once into ~/.cache/mempo (LIBTORCH=/path overrides).
+#
+# CUDA=1 (or LIBTORCH_CUDA=1) builds for GPUs: build/libtorch.sh then fetches the same
+# torch wheel's CUDA libraries and the NVIDIA runtime wheels it pins (about 2.6 GB, once)
+# into ~/.cache/mempo/libtorch-2.1.2-cu121, and `make build CUDA=1` writes the binaries to
+# bin/cuda/, so a CPU binary is never taken for a GPU one; pipelines run them with
+# BIN=bin/cuda. Without it everything uses the CPU build, as `make test` and CI do.
 
 SHELL := /bin/bash
 GO_TORCH := build/go.sh
@@ -8,10 +14,20 @@ REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(
 # Changes whenever the source does (even uncommitted edits), so pipelines rerun after it.
 CODE_VERSION := $(REVISION)$(shell git diff HEAD 2>/dev/null | sha256sum | cut -c1-12)
 LDFLAGS := -X github.com/mempo/mempo/jobs.revision=$(REVISION)
+# CUDA=1 or LIBTORCH_CUDA=1 selects the CUDA libtorch for every target, and bin/cuda for
+# the binaries build writes and demo and experiment run (see the top).
+CUDA ?= $(LIBTORCH_CUDA)
+ifeq ($(CUDA),1)
+export LIBTORCH_CUDA := 1
+BIN := bin/cuda
+else
+unexport LIBTORCH_CUDA
+BIN := bin
+endif
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/...
 
-.PHONY: all build test test-build test-pure test-torch test-ecosystem bench bench-compare demo experiment libtorch fixtures clean
+.PHONY: all build check-cuda-build test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check demo experiment libtorch fixtures clean
 
 all: build
 
@@ -23,9 +39,18 @@ libtorch:
 	@if [ -n "$$LIBTORCH" ]; then echo "using LIBTORCH=$$LIBTORCH"; else build/libtorch.sh >/dev/null; fi
 
 build: libtorch
-	@mkdir -p bin
-	$(GO_TORCH) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
-	@[ "$$(cat bin/CODE_VERSION 2>/dev/null)" = "$(CODE_VERSION)" ] || echo "$(CODE_VERSION)" > bin/CODE_VERSION
+	@mkdir -p $(BIN)
+	$(GO_TORCH) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	@[ "$$(cat $(BIN)/CODE_VERSION 2>/dev/null)" = "$(CODE_VERSION)" ] || echo "$(CODE_VERSION)" > $(BIN)/CODE_VERSION
+
+# The CUDA build links and starts on any machine: builds bin/cuda/, checks with ldd that
+# libtorch_cuda and every library it needs resolve, and runs mempo-rollout --device cuda
+# with every GPU hidden, which must stop at flag time with the no-device error
+# (build/check_cuda_build.sh). Not part of `make test` or CI: the first run downloads
+# about 2.6 GB of wheels and installs 4.3 GB.
+check-cuda-build:
+	@$(MAKE) --no-print-directory build CUDA=1
+	@build/check_cuda_build.sh bin/cuda
 
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
 test: test-build fixtures test-pure test-torch test-ecosystem
@@ -60,18 +85,28 @@ bench: libtorch
 bench-compare: libtorch
 	@build/bench_compare/run.sh
 
+# One prepared check for a GPU machine, within 8 minutes (build/gpu_check/run.sh): CUDA
+# against CPU parity of logits, log-probs, greedy decoding and one update step (tiny and
+# 0.5B-shaped, float32 and bfloat16), one RL iteration of the demo on --device cuda, and
+# throughput at the 0.5B and 1.5B shapes next to PyTorch eager on the same GPU, as a
+# markdown report ($OUT/report.md, else runs/gpu-check/report.md). It finds a CUDA
+# libtorch itself (LIBTORCH, the CUDA=1 cache, or a Python's torch). GPU_CHECK_DEVICE=cpu
+# runs the same sections on the CPU with tiny shapes.
+gpu-check:
+	@build/gpu_check/run.sh
+
 # The main job: the embedded default end to end (pipelines/demo.mk), then its table. The two
 # RL variants and the evaluations are independent branches of the DAG: DEMO_JOBS of them run
 # at once, each stage on one thread (decoding gains little from a second one).
 DEMO_JOBS ?= 2
 demo: build
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/demo.mk run
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/demo.mk BIN=$(BIN) run
 	@echo; cat runs/demo/eval/results.md; echo; echo "plots: runs/demo/eval/*.png"
 
 # MemPO against GRPO over seeds with 95% intervals (pipelines/experiment.mk; about 80
 # minutes on 2 cores). SEEDS, VARIANTS and every stage's flags can be set on the command line.
 experiment: build
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk run
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) run
 	@echo; cat runs/exp/report/results.md; echo; echo "plots: runs/exp/report/*.png"
 
 clean:

@@ -26,9 +26,12 @@ if [[ ! -f $stub/.complete ]]; then
   touch "$stub/.complete"
 fi
 
-# PyPI wheels use the pre-C++11 ABI; official cxx11-abi libtorch zips do not.
+# PyPI wheels use the pre-C++11 ABI; official cxx11-abi libtorch zips do not. Only c10's
+# own symbols tell: the wheel's libc10 also exports libstdc++ clones naming __cxx11.
+# (grep -q here used to race: nm killed by SIGPIPE failed the pipeline, unless nm had
+# already written everything, as it sometimes does on a busy machine.)
 abi=0
-if nm -D "$LIBTORCH/lib/libc10.so" 2>/dev/null | grep -q __cxx11; then abi=1; fi
+if [[ $(nm -D --defined-only "$LIBTORCH/lib/libc10.so" 2>/dev/null | grep -c ' _ZN3c10.*__cxx11') != 0 ]]; then abi=1; fi
 
 lib=$LIBTORCH/lib
 ldflags="-L$lib -Wl,-rpath,$lib -Wl,--as-needed"

@@ -37,5 +37,9 @@ expect "python missing" "not found; install python3" env PYTHON=$tmp/none "$here
 expect "pip missing" "is not available; install pip" env PYTHON=$tmp/nopip "$here/libtorch.sh"
 expect "network down" "pip download torch==2.1.2 failed" env PYTHON=$tmp/offline "$here/libtorch.sh"
 expect "checksum differs" "checksum mismatch" env PYTHON=$tmp/tampered "$here/libtorch.sh"
-[[ -e $tmp/cache/libtorch-2.1.2 ]] && { echo "FAIL a failed fetch left $tmp/cache/libtorch-2.1.2"; fail=1; }
+expect "CUDA network down" "pip download torch==2.1.2 failed" env PYTHON=$tmp/offline LIBTORCH_CUDA=1 "$here/libtorch.sh"
+expect "LIBTORCH_CUDA unknown" "want 0 (CPU build) or 1 (CUDA build)" env LIBTORCH_CUDA=yes "$here/libtorch.sh"
+for d in libtorch-2.1.2 libtorch-2.1.2-cu121; do
+  [[ -e $tmp/cache/$d ]] && { echo "FAIL a failed fetch left $tmp/cache/$d"; fail=1; }
+done
 exit $fail

@@ -37,6 +37,10 @@ SEED           ?= 1
 # PROTOCOL, when set, is the turn format every stage uses (tags, prompt); see agent/protocol.
 PROTOCOL       ?=
 PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
+# DEVICE, when set, is where the tensor stages (SFT, rollout, log-probs, update) run: cpu,
+# cuda or cuda:N. For a GPU, BIN must hold the CUDA build (make build CUDA=1: BIN=bin/cuda).
+DEVICE         ?=
+DEV := $(if $(DEVICE),--device $(DEVICE))
 
 # TASK and INDEX may live outside the run: an experiment shares one task across seeds.
 TASK  ?= $(RUN_DIR)/task
@@ -61,7 +65,7 @@ $(INIT)/checkpoint.json: $(TASK)/task.json $(PROTOCOL)
 	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
 $(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(STAGE_FLAGS) --out $(SFT) && touch $@
+	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $(SFT) && touch $@
 
 # policy_dir(variant, k): the policy iteration k+1 starts from (k = 0: the SFT model).
 policy_dir = $(if $(filter 0,$(2)),$(SFT),$(RUN_DIR)/$(1)/iter-$(2)/policy)
@@ -73,19 +77,19 @@ $(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
 $$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
 	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --index $(INDEX) \
 	  --prompt-offset $$$$(( $(RL_PROMPT_OFFSET) + ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
-	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
 	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(SCORE_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
-	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifest.json $$($(1)_ITER_$(2))/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
 	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/policy/checkpoint.json: $$($(1)_ITER_$(2))/advantages/_manifest.json
 	$(BIN)/mempo-update --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(SFT) \
 	  --rollouts $$($(1)_ITER_$(2))/rollouts --logprobs $$($(1)_ITER_$(2))/logprobs --advantages $$($(1)_ITER_$(2))/advantages \
-	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 endef
 
 ITER_LIST := $(wordlist 1,$(ITERS),1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
@@ -139,7 +143,7 @@ rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.
 	  --logprobs $(RESCORE_DIR)/logprobs $(RESCORE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/advantages-$(RESCORE)
 	$(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(SFT) \
 	  --rollouts $(RESCORE_DIR)/rollouts --logprobs $(RESCORE_DIR)/logprobs --advantages $(RESCORE_DIR)/advantages-$(RESCORE) \
-	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/policy-$(RESCORE)
+	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) --out $(RESCORE_DIR)/policy-$(RESCORE)
 
 # Every dataset's digest and every checkpoint's weights hash, one per line: two runs of
 # one revision print the same lines (checkpoint.json also records the code version, so

@@ -3,6 +3,7 @@
 
     compare.py torch --iters 3 --out torch.json   # time the PyTorch workloads
     compare.py table --go go.txt --torch torch.json [--torch more.json]   # markdown table
+    compare.py torch --device cuda --dtype bfloat16 --bench 'Decode05B' --out gpu.json   # on a GPU
 
 `torch` builds Qwen2ForCausalLM (transformers 4.44.2, PyTorch 2.1.2, float32, CPU) from
 configs equal to mempo's presets (model/qwen2/config.go), randomly initialised with a
@@ -26,6 +27,15 @@ left out) over the peak fp32 GEMM rate (fastest 1024³ product of zeros in 300 m
 measured here at the same thread count; the optimizer's bw-fraction is 40 bytes per
 parameter per step over the peak copy bandwidth (two 256 MiB float32 tensors).
 
+On an accelerator (--device cuda, with --dtype float32, bfloat16 or float16, the
+Go side run with MEMPO_TEST_DEVICE and MEMPO_TEST_DTYPE as build/gpu_check does) the
+models and inputs live on the device, every timed call ends with
+torch.cuda.synchronize(), log-softmax and entropy run in float32 as mempo's do, the
+peak GEMM is the fastest 4096³ product in that dtype and the copy bandwidth is the
+device's; the optimizer is torch.optim.AdamW over the parameters in that dtype (mempo
+keeps float32 master weights for a half-precision parameter, so it does more work).
+The defaults, CPU and float32, are the table the README shows.
+
 `table` needs neither torch nor transformers.
 """
 
@@ -44,6 +54,11 @@ PRESETS = {
                  max_position_embeddings=4096, rms_norm_eps=1e-6, vocab_size=4096),
     "qwen2.5-0.5b-shape": dict(hidden_size=896, intermediate_size=4864,
                                num_hidden_layers=24, num_attention_heads=14,
+                               num_key_value_heads=2, rope_theta=1000000.0,
+                               max_position_embeddings=32768, rms_norm_eps=1e-6,
+                               vocab_size=151936),
+    "qwen2.5-1.5b-shape": dict(hidden_size=1536, intermediate_size=8960,
+                               num_hidden_layers=28, num_attention_heads=12,
                                num_key_value_heads=2, rope_theta=1000000.0,
                                max_position_embeddings=32768, rms_norm_eps=1e-6,
                                vocab_size=151936),
@@ -119,12 +134,23 @@ def workload(name, threads):
 class Bench:
     """Holds torch, the seeds and the per-thread-count rooflines."""
 
-    def __init__(self, iters, attn):
+    def __init__(self, iters, attn, device="cpu", dtype="float32"):
         import torch
         import transformers
         self.torch, self.tf = torch, transformers
         self.iters, self.attn = iters, attn
+        self.device, self.dtype = torch.device(device), getattr(torch, dtype)
+        self.cuda = self.device.type == "cuda"
         self.gemm, self.copy = {}, {}
+
+    def sync(self):
+        """Waits for the device's queued kernels (CUDA runs them asynchronously)."""
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def on_device(self, x):
+        """x on the benchmark device (it is made on the CPU, from CPU generators)."""
+        return x.to(self.device) if self.cuda else x
 
     def model(self, preset, layers=None, train=False):
         torch, tf = self.torch, self.tf
@@ -139,45 +165,53 @@ class Bench:
                              attn_implementation=self.attn)
         torch.manual_seed(1)
         m = tf.Qwen2ForCausalLM(cfg).float()
+        if self.cuda or self.dtype != torch.float32:
+            m = m.to(device=self.device, dtype=self.dtype)
         m.train(train)
         m.requires_grad_(train)
         return m, c
 
     def ids(self, seed, shape, vocab):
         g = self.torch.Generator().manual_seed(seed)
-        return self.torch.randint(0, vocab, shape, generator=g)
+        return self.on_device(self.torch.randint(0, vocab, shape, generator=g))
 
     def measure(self, op):
         """Calls per second of the fastest call of op in 300 ms, after a warm-up."""
         op()
+        self.sync()
         best, start = math.inf, time.perf_counter()
         while time.perf_counter() - start < 0.3:
             t = time.perf_counter()
             op()
+            self.sync()
             best = min(best, time.perf_counter() - t)
         return 1 / best
 
     def gemm_flops(self):
         n = self.torch.get_num_threads()
         if n not in self.gemm:
-            a = self.torch.zeros(1024, 1024)
-            self.gemm[n] = 2 * 1024**3 * self.measure(lambda: a @ a)
+            k = 4096 if self.cuda else 1024
+            a = self.torch.zeros(k, k, device=self.device, dtype=self.dtype)
+            self.gemm[n] = 2 * k**3 * self.measure(lambda: a @ a)
         return self.gemm[n]
 
     def copy_bandwidth(self):
         n = self.torch.get_num_threads()
         if n not in self.copy:
-            src, dst = self.torch.zeros(64 << 20), self.torch.zeros(64 << 20)
+            src = self.torch.zeros(64 << 20, device=self.device)
+            dst = self.torch.zeros(64 << 20, device=self.device)
             self.copy[n] = 2 * 4 * (64 << 20) * self.measure(lambda: dst.copy_(src))
         return self.copy[n]
 
     def time(self, op):
         """Warm-up call, then iters calls: total and fastest seconds, iterations."""
         op()
+        self.sync()
         total, best = 0.0, math.inf
         for _ in range(self.iters):
             t = time.perf_counter()
             op()
+            self.sync()
             d = time.perf_counter() - t
             total, best = total + d, min(best, d)
         return total, best, self.iters
@@ -196,12 +230,14 @@ class Bench:
         torch = self.torch
         rows, width = ids.shape
         h = m.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        at = torch.cat([torch.arange(r * width + s - 1, r * width + s - 1 + n) for r, s, n in spans])
+        at = self.on_device(torch.cat([torch.arange(r * width + s - 1, r * width + s - 1 + n) for r, s, n in spans]))
         tgt = ids.reshape(-1).index_select(0, at + 1)
         sel = h.reshape(rows * width, -1).index_select(0, at)
         lps, ents = [], []
         for s in range(0, at.numel(), CHUNK):
             logits = m.lm_head(sel[s:s + CHUNK])
+            if logits.dtype != torch.float32:
+                logits = logits.float()  # mempo's log-softmax runs in float32
             if temperature != 1:
                 logits = logits / temperature
             lse = logits.logsumexp(-1)
@@ -232,17 +268,32 @@ def forward_05b(b):
     return forward(b, "qwen2.5-0.5b-shape", 2, 1, 128)
 
 
-@workload("LogProbsTiny", [1, 2])
-def logprobs_tiny(b):
-    m, c = b.model("tiny")
-    ids = b.ids(3, (16, 128), c["vocab_size"])
+def logprobs(b, preset, layers, n, ctx, resp):
+    """n rows of ctx context and resp response tokens, scored with entropy in one batch."""
+    m, c = b.model(preset, layers)
+    ids = b.ids(3, (n, ctx + resp), c["vocab_size"])
     mask = b.torch.ones_like(ids)
-    spans = [(r, 64, 64) for r in range(16)]
+    spans = [(r, ctx, resp) for r in range(n)]
 
     def op():
         with b.torch.inference_mode():
             b.score(m, ids, mask, spans, entropy=True)
-    return b.rate(op, 16 * 128, forward_flops(c, 16 * 128, 16 * 64))
+    return b.rate(op, n * (ctx + resp), forward_flops(c, n * (ctx + resp), n * resp))
+
+
+@workload("LogProbsTiny", [1, 2])
+def logprobs_tiny(b):
+    return logprobs(b, "tiny", None, 16, 64, 64)
+
+
+@workload("LogProbs05BShape2L", [1, 2])
+def logprobs_05b(b):
+    return logprobs(b, "qwen2.5-0.5b-shape", 2, 16, 192, 64)
+
+
+@workload("LogProbs15BShape2L", [1, 2])
+def logprobs_15b(b):
+    return logprobs(b, "qwen2.5-1.5b-shape", 2, 16, 192, 64)
 
 
 @workload("OldPass", [2])
@@ -269,8 +320,8 @@ def old_pass(b):
     return b.rate(op, tokens, forward_flops(c, tokens, scored))
 
 
-def decode(b, batch):
-    m, c = b.model("tiny")
+def decode(b, batch, preset="tiny", layers=None):
+    m, c = b.model(preset, layers)
     ids = b.ids(2, (batch, 64), c["vocab_size"])
     mask = b.torch.ones_like(ids)
     new = 32
@@ -296,6 +347,26 @@ def decode_tiny16(b):
     return decode(b, 16)
 
 
+@workload("Decode05BShape2L16", [1, 2])
+def decode_05b16(b):
+    return decode(b, 16, "qwen2.5-0.5b-shape", 2)
+
+
+@workload("Decode05BShape2L64", [1, 2])
+def decode_05b64(b):
+    return decode(b, 64, "qwen2.5-0.5b-shape", 2)
+
+
+@workload("Decode15BShape2L16", [1, 2])
+def decode_15b16(b):
+    return decode(b, 16, "qwen2.5-1.5b-shape", 2)
+
+
+@workload("Decode15BShape2L64", [1, 2])
+def decode_15b64(b):
+    return decode(b, 64, "qwen2.5-1.5b-shape", 2)
+
+
 class Update:
     """The update on 2 turns of 192 context and 64 response tokens: the policy's
     log-probs and entropies with gradients, the PPO objective (dual-clip, k3 KL at
@@ -303,20 +374,22 @@ class Update:
 
     turns, ctx, resp = 2, 192, 64
 
-    def __init__(self, b):
+    def __init__(self, b, preset="qwen2.5-0.5b-shape"):
         torch = b.torch
         self.b = b
-        self.m, self.c = b.model("qwen2.5-0.5b-shape", 2, train=True)
+        self.m, self.c = b.model(preset, 2, train=True)
         n, w = self.turns, self.ctx + self.resp
         self.ids = b.ids(1, (n, w), self.c["vocab_size"])
         self.mask = torch.ones_like(self.ids)
         self.spans = [(r, self.ctx, self.resp) for r in range(n)]
         g = torch.Generator().manual_seed(1)
-        self.old = -8 + 0.1 * torch.randn(n, self.resp, generator=g)
-        self.ref = -8 + 0.1 * torch.randn(n, self.resp, generator=g)
-        self.adv = torch.randn(n, self.resp, generator=g)
+        self.old = b.on_device(-8 + 0.1 * torch.randn(n, self.resp, generator=g))
+        self.ref = b.on_device(-8 + 0.1 * torch.randn(n, self.resp, generator=g))
+        self.adv = b.on_device(torch.randn(n, self.resp, generator=g))
         self.params = [p for p in self.m.parameters()]
-        self.opt = torch.optim.AdamW(self.params, foreach=False, **ADAMW)
+        # On the CPU the per-tensor loop mempo's AdamW matches bit for bit; on a GPU
+        # PyTorch's default there, the multi-tensor (foreach) kernels.
+        self.opt = torch.optim.AdamW(self.params, foreach=None if b.cuda else False, **ADAMW)
 
     def backward(self):
         torch = self.b.torch
@@ -361,7 +434,16 @@ def update_fwd_bwd(b):
 
 @workload("UpdateAdamW05BShape2L", [1, 2])
 def update_adamw(b):
-    u = Update(b)
+    return update_adamw_preset(b, "qwen2.5-0.5b-shape")
+
+
+@workload("UpdateAdamW15BShape2L", [1, 2])
+def update_adamw_15b(b):
+    return update_adamw_preset(b, "qwen2.5-1.5b-shape")
+
+
+def update_adamw_preset(b, preset):
+    u = Update(b, preset)
 
     def op():
         u.backward()
@@ -384,12 +466,18 @@ def adamw_step(b):
 
 
 def run_torch(args):
-    b = Bench(args.iters, args.attn)
+    b = Bench(args.iters, args.attn, args.device, args.dtype)
     torch = b.torch
+    if b.cuda and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
     pattern = re.compile(args.bench)
     out = {"torch": torch.__version__, "transformers": b.tf.__version__,
            "python": platform.python_version(), "attn": args.attn, "iters": args.iters,
            "results": {}}
+    if b.cuda or args.dtype != "float32":
+        out["device"], out["dtype"] = args.device, args.dtype
+        if b.cuda:
+            out["gpu"] = torch.cuda.get_device_name(b.device)
     for name, threads, f in WORKLOADS:
         for n in threads:
             key = f"{name}/threads={n}"
@@ -419,6 +507,14 @@ ROWS = [
     ("update fwd+bwd", "0.5B-shaped 2 layers, 2×256", "Update05BShape2L", "best-tokens/s"),
     ("update incl. AdamW", "0.5B-shaped 2 layers, 2×256", "UpdateAdamW05BShape2L", "best-tokens/s"),
     ("AdamW step alone", "0.5B-shaped 2 layers, 166M params", "AdamWStep05BShape2L", "best-steps/s"),
+    # Sized for an accelerator (build/gpu_check; the Go side skips without MEMPO_TEST_DEVICE).
+    ("log-probs + entropy", "0.5B-shaped 2 layers, 16×(192+64)", "LogProbs05BShape2L", "best-tokens/s"),
+    ("log-probs + entropy", "1.5B-shaped 2 layers, 16×(192+64)", "LogProbs15BShape2L", "best-tokens/s"),
+    ("decode vs `generate` (top-p 0.9)", "0.5B-shaped 2 layers, batch 16, 64+32", "Decode05BShape2L16", "best-tokens/s"),
+    ("decode vs `generate` (top-p 0.9)", "0.5B-shaped 2 layers, batch 64, 64+32", "Decode05BShape2L64", "best-tokens/s"),
+    ("decode vs `generate` (top-p 0.9)", "1.5B-shaped 2 layers, batch 16, 64+32", "Decode15BShape2L16", "best-tokens/s"),
+    ("decode vs `generate` (top-p 0.9)", "1.5B-shaped 2 layers, batch 64, 64+32", "Decode15BShape2L64", "best-tokens/s"),
+    ("update incl. AdamW", "1.5B-shaped 2 layers, 2×256", "UpdateAdamW15BShape2L", "best-tokens/s"),
 ]
 
 BENCH_LINE = re.compile(r"^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$")
@@ -449,11 +545,14 @@ def table(args):
         with open(path) as fh:
             pt = json.load(fh)
         res.update(pt["results"])
+    device, dtype = pt.get("device", "cpu"), pt.get("dtype", "float32")
+    where = "float32 on CPU" if (device, dtype) == ("cpu", "float32") else f"{dtype} on {pt.get('gpu', device)}"
+    peak = "fp32" if dtype == "float32" else dtype
     lines = [
         f"mempo vs PyTorch {pt['torch']} / transformers {pt['transformers']} eager "
-        f"(attention: {pt['attn']}), float32 on CPU; the fastest of {pt['iters']} timed "
+        f"(attention: {pt['attn']}), {where}; the fastest of {pt['iters']} timed "
         "iterations a side after one warm-up.",
-        "Roofline: the fraction of the peak fp32 GEMM rate each side measured at that thread "
+        f"Roofline: the fraction of the peak {peak} GEMM rate each side measured at that thread "
         "count (AdamW alone: of the copy bandwidth, at 40 B/parameter).",
         "",
         "| workload | shape | threads | rate | mempo | PyTorch | mempo ÷ PyTorch | roofline mempo / PyTorch |",
@@ -476,7 +575,7 @@ def table(args):
                 f"| {label} | {shape} | {threads} | {unit} | {num(g[unit])} | {num(t[unit])} | "
                 f"**{ratio:.2f}×** | {g.get(roof, math.nan):.2f} / {t.get(roof, math.nan):.2f} |")
     lines.append("")
-    for metric, what in [("gemm-GFLOP/s", "peak fp32 GEMM, GFLOP/s"), ("copy-GB/s", "peak copy, GB/s")]:
+    for metric, what in [("gemm-GFLOP/s", f"peak {peak} GEMM, GFLOP/s"), ("copy-GB/s", "peak copy, GB/s")]:
         for n in ("1", "2"):
             spread = []
             for side in (go, res):
@@ -498,6 +597,9 @@ def main():
     t.add_argument("--iters", type=int, default=3, help="timed iterations per workload")
     t.add_argument("--bench", default=".", help="regexp over workload/threads=N names")
     t.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    t.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the Go side: MEMPO_TEST_DEVICE)")
+    t.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weights and activations (the Go side: MEMPO_TEST_DTYPE)")
     t.add_argument("--out", required=True, help="JSON results")
     r = sub.add_parser("table", help="print the markdown ratio table")
     r.add_argument("--go", required=True, help="go test -bench output")

@@ -21,7 +21,7 @@ func TestConfigReplay(t *testing.T) {
 	want := rollout.DefaultConfig()
 	want.N, want.Context, want.MaxTurns, want.Temperature, want.TopP, want.TopK = 2, protocol.Mem1, 3, 0.5, 0.9, 20
 	want.MaxNewTokens, want.RetrievalTopK, want.PromptOffset, want.PromptLimit, want.PromptsPerShard = 16, 5, 4, 2, 3
-	want.RetrieverURL, want.Device, want.DType = "http://localhost:8000", "cuda", "float16"
+	want.RetrieverURL, want.Device, want.DType = "http://localhost:8000", "cpu", "float16"
 	want.Engine, want.EngineURL, want.EngineModel = rollout.EngineServer, "http://localhost:8001/v1", "policy"
 	want.Protocol = protocol.Default()
 	want.Protocol.Name, want.Protocol.System = "replayed", "You search."

@@ -51,7 +51,7 @@ func (m *initModelCmd) flags() *app.Flags {
 		app.Int(&cfg.MinFrequency, cli.IntFlag{Name: "min-frequency", Category: "Tokenizer",
 			Usage: "fewest occurrences of a pair for it to be merged; training stops early when no pair is that frequent"}),
 		app.String(&cfg.Preset, cli.StringFlag{Name: "preset", Category: "Model",
-			Usage: "model shape: tiny (≈4M parameters with a 4k vocabulary, the CPU demo) or qwen2.5-0.5b-shape"}),
+			Usage: "model shape: tiny (≈4M parameters with a 4k vocabulary, the CPU demo), qwen2.5-0.5b-shape or qwen2.5-1.5b-shape"}),
 		app.Uint64(&cfg.Seed, cli.Uint64Flag{Name: app.SeedFlag.Name, Category: "Model",
 			Usage: "seed of the random weights; the same seed and inputs give the same bytes"}),
 		app.Bool(&m.spec.Force, *app.ForceFlag),

@@ -30,7 +30,7 @@ func TestSFTConfigReplay(t *testing.T) {
 	want.Context, want.MaxTurns, want.OracleDrop, want.OracleDistractor = protocol.Mem1, 3, 0.3, 0.2
 	want.RetrievalTopK, want.Questions, want.HeldOut, want.Epochs, want.Schedule = 5, 4, 0.2, 1, sft.Linear
 	want.AdamW.LR, want.AdamW.Eps, want.BatchTokens, want.ContextLossWeight = 2e-3, 1e-6, 4096, 0.1
-	want.Chunk, want.Device, want.DType = 32, "cuda", "bfloat16"
+	want.Chunk, want.Device, want.DType = 32, "cpu", "bfloat16"
 	want.Protocol = protocol.Default()
 	want.Protocol.Name = "replayed"
 	got := sftCmd{cfg: sft.DefaultConfig()}

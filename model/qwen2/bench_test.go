@@ -19,7 +19,9 @@ import (
 // thread count, measured once per process (gemmFLOPS). build/bench_compare/compare.py times the same workloads in PyTorch.
 var benchThreads = []int{1, 2}
 
-// benchModel builds a randomly initialised preset (seed 7); layers > 0 overrides the depth.
+// benchModel builds a randomly initialised preset (seed 7) on the benchmark device in
+// its dtype (torchtest.Device, torchtest.DType: the CPU in float32 unless
+// MEMPO_TEST_DEVICE and MEMPO_TEST_DTYPE say otherwise); layers > 0 overrides the depth.
 func benchModel(b *testing.B, preset string, layers int) *Model {
 	c, err := Preset(preset, 0)
 	if err != nil {
@@ -28,7 +30,7 @@ func benchModel(b *testing.B, preset string, layers int) *Model {
 	if layers > 0 {
 		c.NumLayers, c.MaxWindowLayers = layers, layers
 	}
-	return newTestModel(b, c, Options{})
+	return newTestModel(b, c, Options{Device: torchtest.Device(), DType: torchtest.DType()})
 }
 
 // benchForward scores batch × seq random tokens (seed 1) per iteration through the
@@ -83,23 +85,22 @@ func BenchmarkForward05BShape2L(b *testing.B) {
 
 // BenchmarkDecodeTiny generates 32 tokens for 8 prompts of 64 tokens per iteration.
 func BenchmarkDecodeTiny(b *testing.B) {
-	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, 8) })
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, benchModel(b, "tiny", 0), 8) })
 }
 
 // BenchmarkDecodeTiny16 is BenchmarkDecodeTiny at batch 16, the demo's rollout batch.
 func BenchmarkDecodeTiny16(b *testing.B) {
-	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, 16) })
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, benchModel(b, "tiny", 0), 16) })
 }
 
 // benchDecode generates 32 tokens (T=1, top-p 0.9, no stop token) for batch random
-// prompts of 64 tokens (seed 2, row i sampled with seed i) per iteration on the tiny
-// preset. It reports generated tokens/s end to end, prefill-ms (one Generate of a
-// single token: the prompts' forward pass, which the end-to-end figure includes) and
+// prompts of 64 tokens (seed 2, row i sampled with seed i) per iteration on m. It
+// reports generated tokens/s end to end, prefill-ms (one Generate of a single
+// token: the prompts' forward pass, which the end-to-end figure includes) and
 // decode-tokens/s (generated tokens after the first over the fastest iteration's
 // time after the prefill), and gemm-fraction: the 64 + 31 positions each row feeds through the
 // layers and the 32 that go through the head (forwardFLOPs).
-func benchDecode(b *testing.B, batch int) {
-	m := benchModel(b, "tiny", 0)
+func benchDecode(b *testing.B, m *Model, batch int) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	var reqs []Request
 	for i := range batch {
@@ -132,7 +133,7 @@ func benchDecode(b *testing.B, batch int) {
 		}
 	})
 	torchtest.ReportRate(b, best, batch*newTokens, m.Config.ForwardFLOPs(batch*(64+newTokens-1), batch*newTokens))
-	b.ReportMetric(float64(prefill.Milliseconds()), "prefill-ms")
+	b.ReportMetric(float64(prefill.Microseconds())/1e3, "prefill-ms")
 	if best > prefill { // else the prefill was timed under more load than the best iteration
 		b.ReportMetric(float64(batch*(newTokens-1))/(best-prefill).Seconds(), "decode-tokens/s")
 	}
@@ -143,19 +144,64 @@ func benchDecode(b *testing.B, batch int) {
 // (ScoreConfig's default budget and chunk of 256). tokens/s counts context and
 // response tokens.
 func BenchmarkLogProbsTiny(b *testing.B) {
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchLogProbs(b, benchModel(b, "tiny", 0), 16, 64, 64) })
+}
+
+// benchLogProbs scores n random pairs (seed 3) of ctx context and resp response
+// tokens per iteration on m, with entropy, in one batch (ScoreConfig's chunk of 256,
+// a budget that holds them all). tokens/s counts context and response tokens.
+func benchLogProbs(b *testing.B, m *Model, n, ctx, resp int) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	var pairs []Pair
+	for range n {
+		pairs = append(pairs, Pair{Context: randomTokens(rng, ctx, m.Config.VocabSize), Response: randomTokens(rng, resp, m.Config.VocabSize)})
+	}
+	cfg := ScoreConfig{Entropy: true, TokenBudget: max(8192, n*(ctx+resp))}
+	score := func() {
+		if _, err := m.LogProbs(pairs, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	torchtest.GEMMFLOPS()
+	torchtest.ReportRate(b, torchtest.TimeLoop(b, score), n*(ctx+resp), m.Config.ForwardFLOPs(n*(ctx+resp), n*resp))
+}
+
+// The benchmarks below are the tensor workloads at Qwen2.5-0.5B's and Qwen2.5-1.5B's
+// widths and 151936-token vocabulary with two layers (random weights, seed 7), sized
+// for an accelerator: build/gpu_check runs them with MEMPO_TEST_DEVICE=cuda and
+// compares them with build/bench_compare/compare.py --device cuda. Without
+// MEMPO_TEST_DEVICE they skip (torchtest.Large).
+
+// BenchmarkLogProbs05BShape2L scores 16 pairs of 192 context and 64 response tokens.
+func BenchmarkLogProbs05BShape2L(b *testing.B) {
+	torchtest.Large(b)
 	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
-		m := benchModel(b, "tiny", 0)
-		rng := rand.New(rand.NewPCG(3, 3))
-		var pairs []Pair
-		for range 16 {
-			pairs = append(pairs, Pair{Context: randomTokens(rng, 64, m.Config.VocabSize), Response: randomTokens(rng, 64, m.Config.VocabSize)})
-		}
-		score := func() {
-			if _, err := m.LogProbs(pairs, ScoreConfig{Entropy: true}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		torchtest.GEMMFLOPS()
-		torchtest.ReportRate(b, torchtest.TimeLoop(b, score), 16*128, m.Config.ForwardFLOPs(16*128, 16*64))
+		benchLogProbs(b, benchModel(b, "qwen2.5-0.5b-shape", 2), 16, 192, 64)
 	})
+}
+
+// BenchmarkLogProbs15BShape2L is BenchmarkLogProbs05BShape2L at the 1.5B shape.
+func BenchmarkLogProbs15BShape2L(b *testing.B) {
+	torchtest.Large(b)
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) {
+		benchLogProbs(b, benchModel(b, "qwen2.5-1.5b-shape", 2), 16, 192, 64)
+	})
+}
+
+// BenchmarkDecode05BShape2L16 decodes as BenchmarkDecodeTiny16 at the 0.5B shape:
+// 32 tokens for 16 prompts of 64 tokens, top-p 0.9.
+func BenchmarkDecode05BShape2L16(b *testing.B) { benchDecodeLarge(b, "qwen2.5-0.5b-shape", 16) }
+
+// BenchmarkDecode05BShape2L64 is BenchmarkDecode05BShape2L16 at batch 64.
+func BenchmarkDecode05BShape2L64(b *testing.B) { benchDecodeLarge(b, "qwen2.5-0.5b-shape", 64) }
+
+// BenchmarkDecode15BShape2L16 is BenchmarkDecode05BShape2L16 at the 1.5B shape.
+func BenchmarkDecode15BShape2L16(b *testing.B) { benchDecodeLarge(b, "qwen2.5-1.5b-shape", 16) }
+
+// BenchmarkDecode15BShape2L64 is BenchmarkDecode15BShape2L16 at batch 64.
+func BenchmarkDecode15BShape2L64(b *testing.B) { benchDecodeLarge(b, "qwen2.5-1.5b-shape", 64) }
+
+func benchDecodeLarge(b *testing.B, preset string, batch int) {
+	torchtest.Large(b)
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchDecode(b, benchModel(b, preset, 2), batch) })
 }

@@ -201,6 +201,13 @@ var presets = map[string]Config{
 		RopeTheta: 1000000, MaxPositions: 32768, RMSNormEps: 1e-6, VocabSize: 151936,
 		TieEmbedding: true,
 	},
+	// qwen2.5-1.5b-shape: Qwen2.5-1.5B-Instruct's dimensions with random weights, for
+	// the accelerator benchmarks; callers may lower NumLayers.
+	"qwen2.5-1.5b-shape": {
+		HiddenSize: 1536, IntermediateSize: 8960, NumLayers: 28, NumHeads: 12, NumKVHeads: 2,
+		RopeTheta: 1000000, MaxPositions: 32768, RMSNormEps: 1e-6, VocabSize: 151936,
+		TieEmbedding: true,
+	},
 }
 
 // Preset returns the named configuration in float32, with vocab_size set to vocab

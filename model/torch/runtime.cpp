@@ -1,6 +1,7 @@
 // Facts about the linked libtorch that gotch does not expose, and the process's heap
 // policy for tensor buffers.
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <malloc.h>
@@ -18,6 +19,9 @@ extern "C" {
 const char *mempo_torch_version() { return TORCH_VERSION; }
 int mempo_torch_num_threads() { return at::get_num_threads(); }
 void mempo_torch_set_num_threads(int n) { at::set_num_threads(n); }
+// libtorch_cuda registers its CUDA hooks when it loads; a CPU-only libtorch has none, and
+// then reports zero devices just as a CUDA one does on a machine without a visible GPU.
+int mempo_torch_cuda_built() { return at::CUDAHooksRegistry()->Has("CUDAHooks"); }
 }
 
 namespace {

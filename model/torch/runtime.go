@@ -9,6 +9,7 @@ package torch
 // const char *mempo_torch_version();
 // int mempo_torch_num_threads();
 // void mempo_torch_set_num_threads(int n);
+// int mempo_torch_cuda_built();
 // #include <stddef.h>
 // void mempo_torch_bound_heap();
 // void mempo_torch_trim_heap();
@@ -17,6 +18,8 @@ import "C"
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
@@ -76,28 +79,59 @@ func SetNumThreads(n int) error {
 	return nil
 }
 
-// Device resolves a --device value: "cpu", "cuda" or "cuda:N".
+// Device resolves a --device value: "cpu", "cuda" or "cuda:N". A CUDA device this
+// process cannot use is an error that says why: the binary is linked against a
+// CPU-only libtorch, no device is visible, or N is past the last visible one.
 func Device(name string) (gotch.Device, error) {
+	idx, cuda, err := parseDevice(name)
+	if err != nil || !cuda {
+		return gotch.CPU, err
+	}
+	count := 0
+	built := CUDABuilt()
+	if built {
+		count = int(gotch.CUDA.DeviceCount())
+	}
+	if err := cudaUsable(name, idx, built, count); err != nil {
+		return gotch.CPU, err
+	}
+	return gotch.CudaBuilder(uint(idx)), nil
+}
+
+// CUDABuilt reports whether the linked libtorch has CUDA support (libtorch_cuda), with
+// or without a device to run on.
+func CUDABuilt() bool { return C.mempo_torch_cuda_built() != 0 }
+
+// parseDevice splits a --device value into whether it names CUDA and the CUDA index.
+func parseDevice(name string) (idx int, cuda bool, err error) {
 	switch {
 	case name == "cpu":
-		return gotch.CPU, nil
-	case name == "cuda" || len(name) > 5 && name[:5] == "cuda:":
-		idx := 0
-		if name != "cuda" {
-			if _, err := fmt.Sscanf(name[5:], "%d", &idx); err != nil || idx < 0 {
-				return gotch.CPU, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
-			}
+		return 0, false, nil
+	case name == "cuda":
+		return 0, true, nil
+	case strings.HasPrefix(name, "cuda:"):
+		if i, err := strconv.Atoi(name[5:]); err == nil && i >= 0 {
+			return i, true, nil
 		}
-		if !gotch.CUDA.IsAvailable() {
-			return gotch.CPU, fmt.Errorf("torch: device %q: CUDA is not available in this libtorch build or on this machine", name)
-		}
-		if n := int(gotch.CUDA.DeviceCount()); idx >= n {
-			return gotch.CPU, fmt.Errorf("torch: device %q: only %d CUDA devices", name, n)
-		}
-		return gotch.CudaBuilder(uint(idx)), nil
-	default:
-		return gotch.CPU, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
 	}
+	return 0, false, fmt.Errorf("torch: device %q: want cpu, cuda or cuda:N", name)
+}
+
+// cudaUsable says why CUDA device idx cannot run, given whether the linked libtorch
+// has CUDA support and how many devices it sees; nil when it can.
+func cudaUsable(name string, idx int, built bool, count int) error {
+	switch {
+	case !built:
+		return fmt.Errorf("torch: device %q: this binary is linked against a CPU-only libtorch; to run on a GPU, build the CUDA "+
+			"binaries with 'make build CUDA=1' (into bin/cuda/), or with LIBTORCH set to a CUDA libtorch 2.1", name)
+	case count == 0:
+		return fmt.Errorf("torch: device %q: no CUDA device is visible "+
+			"(CUDA build linked, device count 0; check CUDA_VISIBLE_DEVICES and the driver)", name)
+	case idx >= count:
+		return fmt.Errorf("torch: device %q: only %d CUDA device(s) visible, cuda:0 to cuda:%d "+
+			"(check CUDA_VISIBLE_DEVICES)", name, count, count-1)
+	}
+	return nil
 }
 
 // GradEnabled reports whether autograd records ops on this OS thread, which rules

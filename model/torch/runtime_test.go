@@ -1,7 +1,9 @@
 package torch
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -37,10 +39,64 @@ func TestDevice(t *testing.T) {
 	if d, err := Device("cpu"); err != nil || d != gotch.CPU {
 		t.Errorf("Device(cpu) = %v, %v; want CPU", d, err)
 	}
-	for _, bad := range []string{"", "gpu", "cuda:x", "cuda:-1"} {
-		if _, err := Device(bad); err == nil {
-			t.Errorf("Device(%q) = nil error, want error", bad)
+	for _, bad := range []string{"", "gpu", "cuda:x", "cuda:-1", "cuda:", "cuda0"} {
+		if _, err := Device(bad); err == nil || !strings.Contains(err.Error(), "want cpu, cuda or cuda:N") {
+			t.Errorf("Device(%q) = %v, want a spelling error", bad, err)
 		}
+	}
+}
+
+// TestDeviceCUDA: --device cuda names what is missing, on whichever libtorch the test
+// binary links. On the CPU build (make test) that is the CUDA build itself.
+func TestDeviceCUDA(t *testing.T) {
+	if !CUDABuilt() {
+		_, err := Device("cuda")
+		if want := "this binary is linked against a CPU-only libtorch"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Device(cuda) on the CPU build = %v, want an error mentioning %q", err, want)
+		}
+		if !strings.Contains(err.Error(), "make build CUDA=1") {
+			t.Errorf("Device(cuda) = %v, want it to say how to build for CUDA", err)
+		}
+		return
+	}
+	n := int(gotch.CUDA.DeviceCount())
+	if _, err := Device("cuda"); (err == nil) != (n > 0) {
+		t.Errorf("Device(cuda) with %d devices visible = %v", n, err)
+	}
+	if _, err := Device(fmt.Sprintf("cuda:%d", n)); err == nil {
+		t.Errorf("Device(cuda:%d) with %d devices visible = nil error", n, n)
+	}
+}
+
+func TestCUDAUsable(t *testing.T) {
+	tests := []struct {
+		name  string
+		idx   int
+		built bool
+		count int
+		want  string // "" for usable
+	}{
+		{"cpu build", 0, false, 0, `device "cuda": this binary is linked against a CPU-only libtorch`},
+		{"cpu build ignores count", 0, false, 2, "CPU-only libtorch"},
+		{"no device", 0, true, 0, `device "cuda": no CUDA device is visible (CUDA build linked, device count 0; check CUDA_VISIBLE_DEVICES and the driver)`},
+		{"first", 0, true, 1, ""},
+		{"last", 1, true, 2, ""},
+		{"past the last", 2, true, 2, `device "cuda:2": only 2 CUDA device(s) visible, cuda:0 to cuda:1`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := "cuda"
+			if tt.idx > 0 {
+				name = fmt.Sprintf("cuda:%d", tt.idx)
+			}
+			err := cudaUsable(name, tt.idx, tt.built, tt.count)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("cudaUsable(%q, built %v, count %d) = %v, want nil", name, tt.built, tt.count, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("cudaUsable(%q, built %v, count %d) = %v, want an error mentioning %q", name, tt.built, tt.count, err, tt.want)
+			}
+		})
 	}
 }
 

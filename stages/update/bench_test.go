@@ -29,8 +29,10 @@ func benchSamples(rng *rand.Rand, n, ctx, resp, vocab int) []Sample {
 	return out
 }
 
-// benchTrainer builds a preset with trainable weights; layers > 0 truncates it (the
-// 0.5B-shaped preset keeps Qwen2.5-0.5B's widths and vocabulary with fewer layers).
+// benchTrainer builds a preset with trainable weights on the benchmark device in its
+// dtype (torchtest.Device, torchtest.DType: the CPU in float32 unless MEMPO_TEST_DEVICE
+// and MEMPO_TEST_DTYPE say otherwise); layers > 0 truncates it (the 0.5B-shaped preset
+// keeps Qwen2.5-0.5B's widths and vocabulary with fewer layers).
 func benchTrainer(b *testing.B, preset string, layers int) (train.PPOStep, *train.AdamW) {
 	cfg, err := qwen2.Preset(preset, 0)
 	if err != nil {
@@ -39,7 +41,7 @@ func benchTrainer(b *testing.B, preset string, layers int) (train.PPOStep, *trai
 	if layers > 0 {
 		cfg.NumLayers, cfg.MaxWindowLayers = layers, layers
 	}
-	m, err := qwen2.New(cfg, qwen2.Options{})
+	m, err := qwen2.New(cfg, qwen2.Options{Device: torchtest.Device(), DType: torchtest.DType()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,6 +117,13 @@ func BenchmarkUpdate05BShape2L(b *testing.B) {
 // gradients, one optimizer step per mini-batch of 2 turns.
 func BenchmarkUpdateAdamW05BShape2L(b *testing.B) {
 	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchUpdate(b, "qwen2.5-0.5b-shape", 2, 2, true) })
+}
+
+// BenchmarkUpdateAdamW15BShape2L is BenchmarkUpdateAdamW05BShape2L at Qwen2.5-1.5B's
+// widths, sized for an accelerator (torchtest.Large).
+func BenchmarkUpdateAdamW15BShape2L(b *testing.B) {
+	torchtest.Large(b)
+	torchtest.ForThreads(b, benchThreads, func(b *testing.B) { benchUpdate(b, "qwen2.5-1.5b-shape", 2, 2, true) })
 }
 
 func benchUpdate(b *testing.B, preset string, layers, turns int, step bool) {

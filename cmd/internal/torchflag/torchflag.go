@@ -21,12 +21,16 @@ func Runtime(device, dtype *string) []app.Flag {
 	return []app.Flag{Device(device), DType(dtype), Threads()}
 }
 
-// Device binds --device to a stage's Device field. Its spelling is checked as the
-// flags are resolved, so a typo is a usage error before any input is opened; whether
-// the CUDA device exists is libtorch's to say when the model loads.
+// Device binds --device to a stage's Device field. It is checked as the flags are
+// resolved (from the command line, MEMPO_DEVICE or --config), before any input is
+// opened: a typo is a usage error, and a CUDA device this binary cannot use (a CPU-only
+// libtorch, no visible GPU, an index past the last) a failure saying which.
 func Device(dst *string) app.Flag {
 	return app.String(dst, cli.StringFlag{Name: "device", Category: "Runtime",
-		Usage: "where the models run: cpu, cuda or cuda:N"}).Check(func() error { return CheckDevice(*dst) })
+		Usage: "where the models run: cpu, cuda or cuda:N"}).Check(func() error { return CheckDevice(*dst) }).Then(func() error {
+		_, err := torch.Device(*dst)
+		return err
+	})
 }
 
 // DType binds --dtype to a stage's DType field; "" keeps the checkpoint's precision.

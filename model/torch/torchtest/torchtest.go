@@ -38,14 +38,17 @@ var (
 	copyRate   = map[int]float64{}
 )
 
-// measure calls op for 300 ms after one warm-up call and returns the calls per second
-// of the fastest call: the peak rate, less the time other processes took.
+// Measure calls op for 300 ms after one warm-up call and returns the calls per second
+// of the fastest call: the peak rate, less the time other processes took. Each call
+// ends when the benchmark device has finished its work (Sync).
 func Measure(op func()) float64 {
 	op()
+	Sync()
 	var best time.Duration
 	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
 		t := time.Now()
 		op()
+		Sync()
 		if d := time.Since(t); best == 0 || d < best {
 			best = d
 		}
@@ -55,13 +58,16 @@ func Measure(op func()) float64 {
 
 // TimeLoop calls op once untimed, then once per b.Loop iteration, and returns the
 // fastest iteration. On a shared machine the minimum drops the time other processes
-// took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the mean.
+// took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the mean. Each call
+// ends when the benchmark device has finished its work (Sync).
 func TimeLoop(b *testing.B, op func()) time.Duration {
 	op()
+	Sync()
 	var best time.Duration
 	for b.Loop() {
 		t := time.Now()
 		op()
+		Sync()
 		if d := time.Since(t); best == 0 || d < best {
 			best = d
 		}
@@ -69,8 +75,11 @@ func TimeLoop(b *testing.B, op func()) time.Duration {
 	return best
 }
 
-// GEMMFLOPS is libtorch's float32 matmul throughput (1024³) at the calling thread's
-// thread count, measured on first use per count: the denominator of gemm-fraction.
+// GEMMFLOPS is libtorch's matmul throughput at the calling thread's thread count, on
+// the benchmark device in its dtype (Device, DType; the CPU in float32 by default),
+// measured on first use per count: the denominator of gemm-fraction. The product is
+// 1024³ on the CPU and 4096³ on an accelerator, where a smaller one measures the
+// kernel launch rather than the arithmetic.
 func GEMMFLOPS() float64 {
 	rooflineMu.Lock()
 	defer rooflineMu.Unlock()
@@ -78,10 +87,14 @@ func GEMMFLOPS() float64 {
 	if r, ok := gemmRate[threads]; ok {
 		return r
 	}
-	const n = 1024
-	a := torch.RawZeros([]int64{n, n}, gotch.Float, gotch.CPU)
+	dev := benchDevice()
+	n := int64(1024)
+	if dev.IsCuda() {
+		n = 4096
+	}
+	a := torch.RawZeros([]int64{n, n}, benchDType(), dev)
 	defer a.Free()
-	gemmRate[threads] = 2 * n * n * n * Measure(func() { a.Matmul(a).Free() })
+	gemmRate[threads] = 2 * float64(n*n*n) * Measure(func() { a.Matmul(a).Free() })
 	return gemmRate[threads]
 }
 
@@ -96,8 +109,8 @@ func ReportRate(b *testing.B, best time.Duration, tokensPerIter int, flopsPerIte
 }
 
 // CopyBandwidth is the bytes per second libtorch's copy_ moves between two 256 MiB
-// float32 tensors (read plus write) at the calling thread's thread count, measured on
-// first use per count: the denominator of bw-fraction.
+// float32 tensors (read plus write) on the benchmark device at the calling thread's
+// thread count, measured on first use per count: the denominator of bw-fraction.
 func CopyBandwidth() float64 {
 	rooflineMu.Lock()
 	defer rooflineMu.Unlock()
@@ -106,8 +119,9 @@ func CopyBandwidth() float64 {
 		return r
 	}
 	const n = 64 << 20
-	src := torch.RawZeros([]int64{n}, gotch.Float, gotch.CPU)
-	dst := torch.RawZeros([]int64{n}, gotch.Float, gotch.CPU)
+	dev := benchDevice()
+	src := torch.RawZeros([]int64{n}, gotch.Float, dev)
+	dst := torch.RawZeros([]int64{n}, gotch.Float, dev)
 	defer torch.Free(src, dst)
 	copyRate[threads] = 2 * 4 * n * Measure(func() { dst.CopyFrom(src) })
 	return copyRate[threads]

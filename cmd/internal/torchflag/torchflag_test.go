@@ -1,0 +1,62 @@
+package torchflag
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/model/torch"
+)
+
+// TestDeviceRefusedAtFlagTime: a device this binary cannot use stops the command as its
+// flags resolve, before the action, whether the command line, MEMPO_DEVICE or --config
+// names it. On the CPU build (make test) that is every CUDA device.
+func TestDeviceRefusedAtFlagTime(t *testing.T) {
+	if torch.CUDABuilt() {
+		t.Skip("linked against a CUDA libtorch; the CPU-only refusal is not what it prints")
+	}
+	config := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(config, []byte(`{"device": "cuda"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const cpuOnly = `--device: torch: device "cuda": this binary is linked against a CPU-only libtorch; to run on a GPU, build the CUDA binaries with 'make build CUDA=1'`
+	tests := []struct {
+		name string
+		args []string
+		env  string
+		code int
+		msg  string
+	}{
+		{"cpu", []string{"--device", "cpu"}, "", app.ExitOK, ""},
+		{"typo", []string{"--device", "gpu"}, "", app.ExitUsage, `--device: "gpu": want cpu, cuda or cuda:N`},
+		{"flag", []string{"--device", "cuda"}, "", app.ExitFailure, cpuOnly},
+		{"index", []string{"--device", "cuda:1"}, "", app.ExitFailure, `device "cuda:1": this binary is linked against a CPU-only libtorch`},
+		{"environment", nil, "cuda", app.ExitFailure, cpuOnly},
+		{"config", []string{"--config", config}, "", app.ExitFailure, cpuOnly},
+		{"flag overrides config", []string{"--config", config, "--device", "cpu"}, "", app.ExitOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("MEMPO_DEVICE", tt.env)
+			if tt.env == "" {
+				os.Unsetenv("MEMPO_DEVICE")
+			}
+			device, ran := "cpu", false
+			a := app.New("stage", "", app.Bind(nil, []app.Flag{Device(&device)}), func(*cli.Context) error { ran = true; return nil })
+			var stderr strings.Builder
+			a.Writer, a.ErrWriter = io.Discard, &stderr
+			code := app.Main(a, append([]string{"stage"}, tt.args...))
+			if code != tt.code || !strings.Contains(stderr.String(), tt.msg) {
+				t.Errorf("stage %q = exit %d, stderr %q; want %d mentioning %q", tt.args, code, stderr.String(), tt.code, tt.msg)
+			}
+			if ran != (tt.code == app.ExitOK) {
+				t.Errorf("stage %q: action ran = %v, want %v", tt.args, ran, tt.code == app.ExitOK)
+			}
+		})
+	}
+}
