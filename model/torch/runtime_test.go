@@ -3,6 +3,7 @@ package torch
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -17,6 +18,9 @@ func TestVersion(t *testing.T) {
 }
 
 func TestSetNumThreads(t *testing.T) {
+	// The count is the calling OS thread's: pinned, the goroutine reads it where it set it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	old := NumThreads()
 	if old < 1 {
 		t.Fatalf("NumThreads() = %d, want >= 1", old)
