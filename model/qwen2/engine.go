@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
@@ -372,31 +371,7 @@ func (e *Engine) pick(logits []float32, picks []pick) {
 			picks[r] = pick{tok, lp}
 		}
 	}
-	var wg sync.WaitGroup
-	// A worker's panic (a NaN logit) is raised again here for Step's catch; a
-	// runtime.Error is a bug and crashes in the worker, with the worker's stack.
-	fail := make([]any, n)
-	for w := 1; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				r := recover()
-				if _, bug := r.(runtime.Error); bug {
-					panic(r)
-				}
-				fail[w] = r
-			}()
-			run(w)
-		}()
-	}
-	run(0)
-	wg.Wait()
-	for _, f := range fail {
-		if f != nil {
-			panic(f)
-		}
-	}
+	spread(n, run)
 }
 
 // sampler is worker w's sampler for the pick settings k.

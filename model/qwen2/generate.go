@@ -158,9 +158,15 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 		}
 	}
 	n := min(len(samps), len(active))
+	spread(n, func(w int) { run(w, n) })
+}
+
+// spread runs run(w) for every worker w in [0, n) at once, worker 0 on the calling
+// goroutine, and returns when all have. A worker's panic with an error or string
+// value (a NaN logit) is raised again in the caller, where the decode loop's catch
+// converts it; a runtime.Error is a bug and crashes in the worker, with its stack.
+func spread(n int, run func(w int)) {
 	var wg sync.WaitGroup
-	// A worker's panic (a NaN logit) is raised again here for Generate's catch; a
-	// runtime.Error is a bug and crashes in the worker, with the worker's stack.
 	fail := make([]any, n)
 	for w := 1; w < n; w++ {
 		wg.Add(1)
@@ -173,10 +179,10 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 				}
 				fail[w] = r
 			}()
-			run(w, n)
+			run(w)
 		}()
 	}
-	run(0, n)
+	run(0)
 	wg.Wait()
 	for _, f := range fail {
 		if f != nil {
