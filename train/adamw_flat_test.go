@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -115,7 +116,8 @@ func gradsOf(ps []Param) [][]float64 {
 // TestFlatMatchesPerTensor runs the flat AdamW and the per-tensor one it replaced on
 // equal parameters and gradients: every step's statistics, weights, state and (clipped)
 // gradients must agree bit for bit, with the default chunk and with chunks that cut
-// through parameters.
+// through parameters, the chunks updated by one worker or by three (torch.Parallel,
+// one per thread the optimizer is built at).
 func TestFlatMatchesPerTensor(t *testing.T) {
 	checkLeaks(t)
 	clip := AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, MaxGradNorm: 1}
@@ -126,11 +128,17 @@ func TestFlatMatchesPerTensor(t *testing.T) {
 		c    AdamWConfig
 	}{{"clip", clip}, {"warm-up no clip", warm}} {
 		for _, chunk := range []int64{stepChunk, 1000, 37} {
-			t.Run(fmt.Sprintf("%s/chunk %d", cfg.name, chunk), func(t *testing.T) {
-				defer func(c int64) { stepChunk = c }(stepChunk)
-				stepChunk = chunk
-				compareFlat(t, cfg.c, grads)
-			})
+			for _, threads := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s/chunk %d/threads %d", cfg.name, chunk, threads), func(t *testing.T) {
+					defer func(c int64) { stepChunk = c }(stepChunk)
+					stepChunk = chunk
+					runtime.LockOSThread() // the thread count is the OS thread's
+					defer runtime.UnlockOSThread()
+					defer torch.SetNumThreads(torch.NumThreads())
+					torch.Check(torch.SetNumThreads(threads))
+					compareFlat(t, cfg.c, grads)
+				})
+			}
 		}
 	}
 }
@@ -374,7 +382,7 @@ func TestNewAdamWRejectsLayouts(t *testing.T) {
 
 // TestAdamWHalfKeepsNoGradientCopy: a bfloat16 model's optimizer holds float32 master
 // weights and two float32 moments, 12 bytes a parameter, and two scratch buffers (the
-// gradient norm's and the update's chunk), but no float32 copy of the gradient, which
+// gradient norm's and the update's chunk per worker), but no float32 copy of the gradient, which
 // would make it 16; and the gradient norm of a parameter larger than the norm's scratch,
 // taken piece by piece, is the per-tensor AdamW's up to float32 rounding.
 func TestAdamWHalfKeepsNoGradientCopy(t *testing.T) {
@@ -453,7 +461,7 @@ func TestAdamWHalfKeepsNoGradientCopy(t *testing.T) {
 	}
 	got := optimizerBytes(opt)
 	want := map[gotch.DType]int64{
-		gotch.Float:    12*padded + 4*(normChunk+stepChunk),
+		gotch.Float:    12*padded + 4*(normChunk+int64(opt.groups[0].workers)*stepChunk),
 		gotch.BFloat16: 2 * padded, // the gradient buffer
 	}
 	if len(got) != len(want) || got[gotch.Float] != want[gotch.Float] || got[gotch.BFloat16] != want[gotch.BFloat16] {

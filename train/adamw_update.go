@@ -31,7 +31,7 @@ func (c AdamWConfig) scalars(lr float64, step int64) stepScalars {
 
 // update clips the gradients of sg's members by clip (a 0-dim tensor, or the zero Raw
 // for no clipping) and applies one AdamW step at learning rate lr to them, chunk by
-// chunk.
+// chunk, the chunks dealt round-robin to the group's workers (torch.Parallel).
 func (o *AdamW) update(sg segment, lr float64, clip torch.Raw) {
 	sc := o.cfg.scalars(lr, sg.step+1)
 	// The parameters are leaves that may require grad; detached aliases share their
@@ -45,9 +45,14 @@ func (o *AdamW) update(sg segment, lr float64, clip torch.Raw) {
 	}
 	defer torch.Free(weights...)
 	chunk := chunkFor(sg.g.dev, o.chunk)
-	for lo := sg.lo; lo < sg.hi; lo += chunk {
-		o.updateChunk(sg, weights, lo, min(chunk, sg.hi-lo), sc, clip)
-	}
+	chunks := (sg.hi - sg.lo + chunk - 1) / chunk
+	w := int(min(int64(sg.g.workers), chunks))
+	torch.Parallel(w, func(k int) {
+		for c := int64(k); c < chunks; c += int64(w) {
+			lo := sg.lo + c*chunk
+			o.updateChunk(sg, weights, lo, min(chunk, sg.hi-lo), sc, clip, int64(k)*chunk)
+		}
+	})
 	for _, i := range sg.members {
 		o.slots[i].step++
 	}
@@ -65,25 +70,26 @@ func (o *AdamW) update(sg segment, lr float64, clip torch.Raw) {
 // order the per-tensor implementation used (gotch's addcmul and addcdiv take no
 // value). Every op is element-wise and its libtorch kernel computes each element the
 // same way whatever its position (vectorised body and scalar tail agree, checked by
-// TestFlatMatchesPerTensor), so the chunking changes no bit.
+// TestFlatMatchesPerTensor), so the chunking changes no bit, and neither does which
+// worker runs a chunk: its scratch is the worker's, from offset scratch of tmp and tmp2.
 //
 // A half-precision group's gradient is first cast to float32 into t2, which is free
 // until it takes −step_size·m after the gradient's last use; the clip scales that cast,
 // and the half-precision gradient keeps its unclipped values.
-func (o *AdamW) updateChunk(sg segment, weights []torch.Raw, lo, n int64, sc stepScalars, clip torch.Raw) {
+func (o *AdamW) updateChunk(sg segment, weights []torch.Raw, lo, n int64, sc stepScalars, clip torch.Raw, scratch int64) {
 	g := sg.g
 	flat := g.grad.Narrow(0, lo, n)
 	m := g.expAvg.Narrow(0, lo, n)
 	v := g.expAvgSq.Narrow(0, lo, n)
-	t1 := g.tmp.Narrow(0, 0, n)
-	t2 := g.tmp2.Narrow(0, 0, n)
+	t1 := g.tmp.Narrow(0, scratch, n)
+	t2 := g.tmp2.Narrow(0, scratch, n)
 	defer torch.Free(flat, m, v, t1, t2)
 	grad := flat // the chunk's gradient as the update reads it
 	if g.half {
 		t2.CopyFrom(flat)
 		grad = t2
 	}
-	ps := o.pieces(sg, weights, lo, n)
+	ps := o.pieces(sg, weights, lo, n, scratch)
 	defer ps.free()
 	if clip != (torch.Raw{}) {
 		grad.Mul_(clip)
@@ -137,8 +143,8 @@ func (ps pieces) free() {
 }
 
 // pieces cuts the members of sg that overlap the chunk [lo, lo+n) out of their
-// weights and of the step's source.
-func (o *AdamW) pieces(sg segment, weights []torch.Raw, lo, n int64) pieces {
+// weights and of the step's source (the scratch from offset scratch).
+func (o *AdamW) pieces(sg segment, weights []torch.Raw, lo, n, scratch int64) pieces {
 	var ps pieces
 	for j, i := range sg.members {
 		s := o.slots[i]
@@ -150,7 +156,7 @@ func (o *AdamW) pieces(sg segment, weights []torch.Raw, lo, n int64) pieces {
 		if sg.g.half {
 			p.src = sg.g.master.Narrow(0, a, b-a)
 		} else {
-			p.src = sg.g.tmp2.Narrow(0, a-lo, b-a)
+			p.src = sg.g.tmp2.Narrow(0, scratch+a-lo, b-a)
 		}
 		ps = append(ps, p)
 	}

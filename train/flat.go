@@ -63,11 +63,14 @@ type group struct {
 	expAvg, expAvgSq torch.Raw // [numel] moments, float32 when half, else dtype
 	grad             torch.Raw // [numel] dtype: each member's gradient is a view into it
 	master           torch.Raw // [numel] float32 master weights; only when half
-	// Scratch of the update, [min(numel, chunk)] each, except that a half group's tmp is
-	// [span] for the gradient norm's float32 casts; the update casts each chunk of
-	// the gradient into tmp2 (see updateChunk).
+	// Scratch of the update, [workers × min(numel, chunk)] each, except that a half
+	// group's tmp is [span] for the gradient norm's float32 casts; the update casts each
+	// chunk of the gradient into tmp2 (see updateChunk).
 	tmp, tmp2 torch.Raw
 	span      int64 // tmp's length
+	// workers is how many chunks the CPU update runs at once (torch.Parallel), the
+	// thread count when the group was built; each has its chunk of tmp and tmp2.
+	workers int
 }
 
 // slot is one parameter's place in its group.
@@ -120,12 +123,17 @@ func (o *AdamW) alloc(g *group) {
 	g.expAvgSq = torch.RawZeros(shape, state, g.dev)
 	g.grad = torch.RawZeros(shape, g.dtype, g.dev)
 	chunk := min(g.numel, chunkFor(g.dev, o.chunk))
+	g.workers = 1
+	if !g.dev.IsCuda() {
+		g.workers = int(min(int64(max(torch.NumThreads(), 1)), (g.numel+chunk-1)/chunk))
+	}
 	g.span = chunk
 	if g.half {
 		g.span = min(g.numel, max(chunkFor(g.dev, o.chunk), normChunk))
 	}
+	g.span = max(g.span, int64(g.workers)*chunk)
 	g.tmp = torch.RawEmpty([]int64{g.span}, state, g.dev)
-	g.tmp2 = torch.RawEmpty([]int64{chunk}, state, g.dev)
+	g.tmp2 = torch.RawEmpty([]int64{int64(g.workers) * chunk}, state, g.dev)
 	for _, i := range g.members {
 		s, size := &o.slots[i], o.params[i].T.MustSize()
 		s.expAvg = view(g.expAvg, s.off, size).Wrap()

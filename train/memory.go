@@ -57,7 +57,8 @@ type Memory struct {
 //	optimizer   = 12·P + 4·(k + r)   (bf16/fp16: fp32 master, two fp32 moments, and scratch
 //	                                 for the fp32 casts of the gradient, see normChunk)
 //	            = 2b·P + 2b·k        (fp32: two moments), k = min(P, AdamW chunk) and
-//	              r = min(P, max(AdamW chunk, normChunk)) scratch elements
+//	              r = min(P, max(AdamW chunk, normChunk)) scratch elements (on a CPU
+//	              the update holds one chunk per thread: a few MiB more, not counted)
 //	layer       = T·(8H + b·(6H + 2·kvd + 4I)) + b·nH·T·W
 //	              (per layer: both RMSNorms keep their fp32 input and their normalised
 //	              output, 2·(4 + 2b)·H per token; attention keeps the queries, keys and

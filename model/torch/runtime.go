@@ -9,6 +9,7 @@ package torch
 // const char *mempo_torch_version();
 // int mempo_torch_num_threads();
 // void mempo_torch_set_num_threads(int n);
+// int mempo_torch_set_thread_threads(int n);
 // int mempo_torch_cuda_built();
 // #include <stddef.h>
 // void mempo_torch_bound_heap();
