@@ -371,7 +371,7 @@ func (e *Engine) pick(logits []float32, picks []pick) {
 			picks[r] = pick{tok, lp}
 		}
 	}
-	torch.Parallel(n, run)
+	spread(n, run)
 }
 
 // sampler is worker w's sampler for the pick settings k.

@@ -9,15 +9,15 @@ import (
 	"sync"
 )
 
-// Workers are OS threads kept for splitting work across cores (Parallel): decoding's
-// sampling, or a run of small tensor ops. Each runs its libtorch ops on one OpenMP
-// thread. libgomp starts an OpenMP team for every OS thread that runs a parallel op,
-// and once a process holds more OpenMP threads than cores it lets idle team members
-// spin only a hundred rounds before they sleep, so that every later parallel op pays a
-// futex wake-up per worker. An optimizer step is a dozen element-wise ops per
-// cache-sized chunk; at 2 threads, 0.5B-shaped with 2 layers, it ran at 1.0 steps/s
-// against 1.7 at one thread (OMP_WAIT_POLICY=active, which lengthens that spin, gave
-// 2.3). Chunks spread over single-threaded workers fork nothing.
+// Workers are OS threads kept for splitting a run of small tensor ops across cores
+// (Parallel). Each runs its libtorch ops on one OpenMP thread: libgomp starts an
+// OpenMP team for every OS thread that runs a parallel op, and once a process holds
+// more OpenMP threads than cores it lets idle team members spin only a hundred rounds
+// before they sleep, so that every later parallel op pays a futex wake-up per worker.
+// An optimizer step is a dozen element-wise ops per cache-sized chunk; at 2 threads,
+// 0.5B-shaped with 2 layers, it ran at 1.0 steps/s against 1.7 at one thread
+// (OMP_WAIT_POLICY=active, which lengthens that spin, gave 2.3). Chunks spread over
+// single-threaded workers fork nothing.
 var workers struct {
 	mu   sync.Mutex
 	jobs []chan func()
