@@ -19,9 +19,9 @@ import (
 // (OMP_WAIT_POLICY=active, which lengthens that spin, gave 2.3). Chunks spread over
 // single-threaded workers fork nothing.
 var workers struct {
-	mu   sync.Mutex
-	jobs []chan func()
-	ok   bool // the OpenMP runtime let workers go single-threaded
+	mu     sync.Mutex
+	jobs   []chan func()
+	serial bool // the OpenMP runtime would not let a worker go single-threaded
 }
 
 // Parallel runs f(w) for every w in [0, n) at once, each on a worker of its own, and
@@ -38,12 +38,10 @@ func Parallel(n int, f func(w int)) {
 	}
 	workers.mu.Lock()
 	defer workers.mu.Unlock()
-	for len(workers.jobs) < n {
-		if !startWorker() {
-			break
-		}
+	for len(workers.jobs) < n && !workers.serial {
+		workers.serial = !startWorker()
 	}
-	if !workers.ok {
+	if workers.serial {
 		for w := range n {
 			f(w)
 		}
@@ -90,9 +88,9 @@ func startWorker() bool {
 			job()
 		}
 	}()
-	workers.ok = <-ok
-	if workers.ok {
-		workers.jobs = append(workers.jobs, jobs)
+	if !<-ok {
+		return false
 	}
-	return workers.ok
+	workers.jobs = append(workers.jobs, jobs)
+	return true
 }
