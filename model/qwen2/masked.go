@@ -221,6 +221,7 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
 	tc := trunkCache{root: make([]int, len(trees))}
 	src := make([]int64, len(trees)) // root cache row each trunk continues
 	var roots []extendRow
+	rootWidth := 0
 	for i, run := range runs {
 		if len(run) < 2 || shared[i] == 0 {
 			continue
@@ -229,12 +230,16 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
 			tc.root[t], src[t] = shared[i], int64(len(roots))
 		}
 		roots = append(roots, extendRow{ids: trees[run[0]].Trunk[:shared[i]]})
+		rootWidth = max(rootWidth, shared[i])
 	}
 	var rootPicks, restPicks []statePick
 	for _, b := range brs {
-		if q := b.Prefix - 1; b.From == 0 && q < tc.root[b.tree] {
+		if b.From != 0 {
+			continue
+		}
+		if q := b.Prefix - 1; q < tc.root[b.tree] {
 			rootPicks = append(rootPicks, statePick{row: int(src[b.tree]), q: q, out: b.out})
-		} else if b.From == 0 {
+		} else {
 			restPicks = append(restPicks, statePick{row: b.tree, q: q - tc.root[b.tree], out: b.out})
 		}
 	}
@@ -248,7 +253,7 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
 		tc.Cache = m.NewCache(len(trees), width)
 		return tc, m.extend(tc.Cache, rows, restPicks)
 	}
-	rc := m.NewCache(len(roots), slices.Max(shared))
+	rc := m.NewCache(len(roots), rootWidth)
 	r := m.extend(rc, roots, rootPicks)
 	tc.rest, tc.Cache = rc.Len(), rc.copyRows(src, rc.Len(), rc.Len()+width)
 	rc.Drop()
