@@ -46,7 +46,7 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 		}
 		tokens += len(e.Response)
 	}
-	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint)
+	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint, false)
 	if err != nil {
 		return 0, 0, err
 	}

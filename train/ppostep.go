@@ -21,6 +21,9 @@ type Sequence struct {
 // Len is the tokens of one forward pass over the sequence.
 func (s *Sequence) Len() int { return len(s.Context) + len(s.Response) }
 
+// Pair is the sequence as the model scores it.
+func (s *Sequence) Pair() qwen2.Pair { return qwen2.Pair{Context: s.Context, Response: s.Response} }
+
 // PPOStep runs the forward and backward passes of the PPO update on one model.
 type PPOStep struct {
 	Model       *qwen2.Model
@@ -30,6 +33,9 @@ type PPOStep struct {
 	// GradCheckpoint recomputes the pass layer by layer in the backward pass
 	// (qwen2.Checkpointed) instead of keeping every layer's activations.
 	GradCheckpoint bool
+	// SharePrefixes scores a micro-batch through a tree pass over the context prefixes
+	// its sequences share (qwen2.TreeLogProbTensor), unless GradCheckpoint is set.
+	SharePrefixes bool
 }
 
 // Micro runs one micro-batch of a mini-batch: the policy's log-probs and entropies of
@@ -51,11 +57,12 @@ func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error)
 	pairs := make([]qwen2.Pair, len(batch))
 	width, n := 0, 0
 	for i, s := range batch {
-		pairs[i] = qwen2.Pair{Context: s.Context, Response: s.Response}
+		pairs[i] = s.Pair()
 		width = max(width, len(s.Response))
 		n += len(s.Response)
 	}
-	lp, ent, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk, Entropy: true, Temperature: t.Temperature}, t.GradCheckpoint)
+	cfg := qwen2.ScoreConfig{Chunk: t.Chunk, Entropy: true, Temperature: t.Temperature}
+	lp, ent, ck, err := scores(t.Model, pairs, cfg, t.GradCheckpoint, t.SharePrefixes)
 	if err != nil {
 		return st, err
 	}
@@ -129,13 +136,18 @@ func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error)
 	return st, backward(loss, ck)
 }
 
-// scores is the model's log-probs (and entropies) of pairs with gradients, through a
-// checkpointed pass when checkpoint is set (ck is then not nil).
-func scores(m *qwen2.Model, pairs []qwen2.Pair, cfg qwen2.ScoreConfig, checkpoint bool) (lp, ent *ts.Tensor, ck *qwen2.Checkpointed, err error) {
-	if checkpoint {
+// scores is the model's log-probs (and entropies) of pairs with gradients: through a
+// checkpointed pass when checkpoint is set (ck is then not nil), else through a tree
+// pass over shared context prefixes when share is.
+func scores(m *qwen2.Model, pairs []qwen2.Pair, cfg qwen2.ScoreConfig, checkpoint, share bool) (lp, ent *ts.Tensor, ck *qwen2.Checkpointed, err error) {
+	switch {
+	case checkpoint:
 		return m.LogProbTensorCheckpointed(pairs, cfg)
+	case share:
+		lp, ent, err = m.TreeLogProbTensor(pairs, cfg)
+	default:
+		lp, ent, err = m.LogProbTensor(pairs, cfg)
 	}
-	lp, ent, err = m.LogProbTensor(pairs, cfg)
 	return lp, ent, nil, err
 }
 

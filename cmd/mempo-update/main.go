@@ -54,6 +54,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.PPOEpochs, cli.IntFlag{Name: "ppo-epochs", Category: "Batching", Usage: "passes over the samples, each reshuffled with --seed"}),
 		app.Int(&cfg.MiniBatches, cli.IntFlag{Name: "mini-batches", Category: "Batching", Usage: "mini-batches per epoch; one optimizer step each"}),
 		app.Int(&cfg.MicroTokenBudget, cli.IntFlag{Name: "micro-token-budget", Category: "Batching", Usage: "rows × padded tokens of one forward/backward pass; gradients accumulate over a mini-batch's passes exactly (0: one pass per mini-batch)"}),
+		app.Bool(&cfg.SharePrefixes, cli.BoolFlag{Name: "share-prefixes", Category: "Batching", Usage: "compute the context prefixes a micro-batch's samples share (a group's prompt, an earlier turn a context repeats) once per pass, with micro-batches cut in context order; gradients equal the unshared pass's to float rounding (not with --grad-checkpoint)"}),
 		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}).Check(app.AtLeast(&cmd.snapshotEvery, 0)),
 	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory))
 }

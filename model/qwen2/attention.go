@@ -25,12 +25,29 @@ type Attention struct {
 func (a *Attention) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
 	p := callerPass(x, cos, sin, mask, a.headDim)
 	defer p.free()
-	return a.forward(torch.Of(x), p, kv, nil).Wrap()
+	return a.forward(torch.Of(x), p, storeOf(kv), nil).Wrap()
+}
+
+// kvStore is where a layer's new keys and values go and what the queries read: a
+// decoding cache (layerCache), or the link between a tree pass's trunk and branch
+// forwards (sharedKV). append takes k, v: [b, kvHeads, t, headDim], which the caller
+// still owns, and returns the keys and values to attend over, [b, kvHeads, keys,
+// headDim], which the caller frees.
+type kvStore interface {
+	append(k, v torch.Raw) (torch.Raw, torch.Raw)
+}
+
+// storeOf is kv as a kvStore: nil (no store) when kv is nil.
+func storeOf(kv *layerCache) kvStore {
+	if kv == nil {
+		return nil
+	}
+	return kv
 }
 
 // forward is Forward on x: [b, t, hidden] with the pass's tables and mask, through
 // f's fused projections when f is not nil.
-func (a *Attention) forward(x torch.Raw, p *pass, kv *layerCache, f *fused) torch.Raw {
+func (a *Attention) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch.Raw {
 	q, k, v := a.qkv(x, p, f)
 	keys, vals := k.Transpose(1, 2), v.Transpose(1, 2) // [b, kvHeads, t, headDim]
 	torch.Free(k, v)

@@ -184,8 +184,17 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 	ids, pos, bias := b.inputs(m)
 	h := m.hidden(ids, pos, bias, nil, nil)
 	torch.Free(ids, pos, bias)
+	lp, ent = m.scoreHidden(h, at, target, cfg)
+	return lp, ent, nil
+}
+
+// scoreHidden is log π(target[i]) predicted at flat slot at[i] of the final hidden
+// states h: [rows, width, hidden] (at least one), and the entropies when cfg.Entropy;
+// it frees h.
+func (m *Model) scoreHidden(h torch.Raw, at, target []int64, cfg ScoreConfig) (lp, ent *ts.Tensor) {
+	n := int64(len(at))
 	idx := torch.RawFromHost(at, []int64{n}, m.device)
-	flat := h.Reshape(int64(b.rows*b.width), -1)
+	flat := h.Reshape(-1, int64(m.Config.HiddenSize))
 	sel := flat.IndexSelect(0, idx)
 	torch.Free(h, flat, idx)
 	defer sel.Free()
@@ -196,7 +205,7 @@ func (m *Model) LogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor
 	if cfg.Entropy {
 		ent = e.Wrap()
 	}
-	return lp, ent, nil
+	return lp, ent
 }
 
 // packPairs checks pairs and packs them into rows (packRows); at is the flat slot

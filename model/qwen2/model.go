@@ -106,10 +106,10 @@ type DecoderLayer struct {
 func (l *DecoderLayer) Forward(x, cos, sin, mask *ts.Tensor, kv *layerCache) *ts.Tensor {
 	p := callerPass(x, cos, sin, mask, l.Attn.headDim)
 	defer p.free()
-	return l.forward(torch.Of(x), p, kv, nil).Wrap()
+	return l.forward(torch.Of(x), p, storeOf(kv), nil).Wrap()
 }
 
-func (l *DecoderLayer) forward(x torch.Raw, p *pass, kv *layerCache, f *fused) torch.Raw {
+func (l *DecoderLayer) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch.Raw {
 	n := l.InputNorm.forward(x, p)
 	r := l.Attn.forward(n, p, kv, f)
 	n.Free()
@@ -164,7 +164,7 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	defer p.free()
 	h := m.embed(ids, p.grad)
 	for i, l := range m.Layers {
-		var kv *layerCache
+		var kv kvStore
 		if cache != nil {
 			kv = cache.layer(i)
 		}

@@ -25,13 +25,17 @@ type rowPack struct {
 // only on the lengths. Training batches sampled at random mix lengths, and right
 // padding every sequence to the longest wasted a large share of the slots; a batch of
 // similar lengths packs one per row as before.
-func packRows(seqs [][]int64) rowPack {
+func packRows(seqs [][]int64) rowPack { return packGroups(seqs, nil) }
+
+// packGroups is packRows where a row holds sequences of one group only (group[i] is
+// sequence i's; nil puts all in one).
+func packGroups(seqs [][]int64, group []int) rowPack {
 	lengths := make([]int, len(seqs))
 	for i, s := range seqs {
 		lengths[i] = len(s)
 	}
 	var p rowPack
-	p.slot, p.rows, p.width = place(lengths)
+	p.slot, p.rows, p.width = place(lengths, group)
 	p.ids = make([]int64, p.rows*p.width)
 	p.pos = make([]int64, p.rows*p.width)
 	p.first = make([]int, p.rows*p.width)
@@ -51,13 +55,13 @@ func packRows(seqs [][]int64) rowPack {
 // packed into for one forward pass (as LogProbTensor packs them): rows·width token
 // slots, padding included, which is what a training pass's memory grows with.
 func PackShape(lengths []int) (rows, width int) {
-	_, rows, width = place(lengths)
+	_, rows, width = place(lengths, nil)
 	return rows, width
 }
 
-// place is packRows' layout of sequences of these lengths: each one's first flat slot,
-// the rows and the width.
-func place(lengths []int) (slot []int, rows, width int) {
+// place is packGroups' layout of sequences of these lengths and groups: each one's
+// first flat slot, the rows and the width.
+func place(lengths, group []int) (slot []int, rows, width int) {
 	order := make([]int, len(lengths))
 	for i := range order {
 		order[i] = i
@@ -67,12 +71,22 @@ func place(lengths []int) (slot []int, rows, width int) {
 	if len(lengths) > 0 {
 		width = lengths[order[0]]
 	}
-	var used []int // per row: slots taken
+	var used, of []int // per row: slots taken, group
 	for _, i := range order {
-		r := slices.IndexFunc(used, func(u int) bool { return u+lengths[i] <= width })
+		g := 0
+		if group != nil {
+			g = group[i]
+		}
+		r := -1
+		for k, u := range used {
+			if u+lengths[i] <= width && of[k] == g {
+				r = k
+				break
+			}
+		}
 		if r < 0 {
 			r = len(used)
-			used = append(used, 0)
+			used, of = append(used, 0), append(of, g)
 		}
 		slot[i] = r*width + used[r]
 		used[r] += lengths[i]

@@ -220,3 +220,52 @@ func BenchmarkAccumulationOverhead(b *testing.B) {
 	}
 	b.ReportMetric(split.Seconds()/whole.Seconds(), "split/whole")
 }
+
+// BenchmarkUpdateSharedPrefixes measures what tree passes save on GRPO-shaped
+// mini-batches: 4 prompts of 128 tokens, 8 samples each, every sample's context the
+// prompt and 32 tokens of its own, with 64 response tokens; one pass per mini-batch,
+// forward and backward. It alternates the unshared pass and the tree pass and
+// reports each one's best tokens/s (context and response tokens, as the unshared pass
+// computes them) and unshared/shared, the ratio of their fastest iterations. On the
+// tiny preset and on the 0.5B shape with two layers, where the head's cost (the same
+// on both sides) is a larger share.
+func BenchmarkUpdateSharedPrefixes(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		preset string
+		layers int
+	}{{"tiny", "tiny", 0}, {"0.5B-shape-2L", "qwen2.5-0.5b-shape", 2}} {
+		b.Run(c.name, func(b *testing.B) {
+			torch.BoundHeap()
+			tr, adam := benchTrainer(b, c.preset, c.layers)
+			vocab := tr.Model.Config.VocabSize
+			rng := rand.New(rand.NewPCG(3, 3))
+			var samples []Sample
+			for range 4 {
+				prompt := benchSamples(rng, 1, 128, 0, vocab)[0].Context
+				for _, s := range benchSamples(rng, 8, 32, 64, vocab) {
+					s.Context = append(append([]int64{}, prompt...), s.Context...)
+					samples = append(samples, s)
+				}
+			}
+			tokens := 0
+			for _, s := range samples {
+				tokens += s.Len()
+			}
+			best := map[bool]time.Duration{}
+			for b.Loop() {
+				for _, share := range []bool{false, true} {
+					tr.SharePrefixes = share
+					t0 := time.Now()
+					miniBatch(b, tr, adam, samples, 0)
+					if d := time.Since(t0); best[share] == 0 || d < best[share] {
+						best[share] = d
+					}
+				}
+			}
+			b.ReportMetric(float64(tokens)/best[false].Seconds(), "unshared-tokens/s")
+			b.ReportMetric(float64(tokens)/best[true].Seconds(), "shared-tokens/s")
+			b.ReportMetric(best[false].Seconds()/best[true].Seconds(), "unshared/shared")
+		})
+	}
+}

@@ -64,6 +64,13 @@ type Config struct {
 	// instead of keeping them (qwen2.Checkpointed): far less memory per pass for one
 	// more forward pass. The gradients equal the plain pass's to float32 rounding.
 	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
+	// SharePrefixes trains each micro-batch as a tree pass (qwen2.TreeLogProbTensor):
+	// context prefixes its samples share, a group's prompt and the turns a later turn
+	// repeats, run once, and the micro-batches are cut from the mini-batch in context
+	// order so that samples sharing a prefix share a pass. The gradients equal the
+	// unshared pass's to float rounding. A checkpointed pass (GradCheckpoint) does not
+	// share.
+	SharePrefixes bool `json:"share_prefixes"`
 }
 
 // DefaultConfig is the paper's setting (DESIGN.md §7): verl's objective, AdamW at LR
@@ -77,8 +84,12 @@ func DefaultConfig() Config {
 		MicroTokenBudget: 8192,
 		Temperature:      1,
 		Device:           "cpu",
+		SharePrefixes:    true,
 	}
 }
+
+// shares reports whether the passes share prefixes: a checkpointed pass does not.
+func (c Config) shares() bool { return c.SharePrefixes && !c.GradCheckpoint }
 
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {

@@ -136,7 +136,7 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 // step runs step k of the plan, mini-batch plan[k], on the model being trained.
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	pass := train.PPOStep{Model: m, Objective: r.cfg.Objective, Chunk: r.cfg.Chunk, Temperature: r.cfg.Temperature,
-		GradCheckpoint: r.cfg.GradCheckpoint}
+		GradCheckpoint: r.cfg.GradCheckpoint, SharePrefixes: r.cfg.SharePrefixes}
 	return step(pass, adam, r.samples, r.plan[k], r.cfg, r.now)
 }
 
@@ -145,11 +145,16 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 func (r *run) memory() (train.Memory, error) {
 	var passes []train.Pass
 	for _, b := range r.plan {
-		for _, mi := range micros(r.samples, b, r.cfg.MicroTokenBudget) {
+		for _, mi := range micros(r.samples, b, r.cfg) {
 			p := train.Pass{}
-			for _, i := range mi {
+			pairs := make([]qwen2.Pair, len(mi))
+			for k, i := range mi {
+				pairs[k] = r.samples[i].Pair()
 				p.Lengths = append(p.Lengths, r.samples[i].Len())
 				p.Scored += len(r.samples[i].Response)
+			}
+			if r.cfg.shares() {
+				p.Lengths = qwen2.TreeLengths(pairs)
 			}
 			passes = append(passes, p)
 		}
@@ -158,9 +163,13 @@ func (r *run) memory() (train.Memory, error) {
 	return train.PlanMemory(r.model, s, passes), nil
 }
 
-// micros cuts mini-batch b into its micro-batches by the token budget.
-func micros(samples []Sample, b Batch, budget int) [][]int {
-	return qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, budget)
+// micros cuts mini-batch b into its micro-batches by the token budget: in context order
+// by the tree pass's slots when the passes share prefixes, else longest first.
+func micros(samples []Sample, b Batch, cfg Config) [][]int {
+	if cfg.shares() {
+		return qwen2.TreeBatches(b.Samples, func(i int) qwen2.Pair { return samples[i].Pair() }, cfg.MicroTokenBudget)
+	}
+	return qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, cfg.MicroTokenBudget)
 }
 
 // step runs one mini-batch: every micro-batch's forward and backward under the
@@ -175,7 +184,7 @@ func step(pass train.PPOStep, adam *train.AdamW, samples []Sample, b Batch, cfg 
 	if err != nil {
 		return Metric{}, err
 	}
-	micros := micros(samples, b, cfg.MicroTokenBudget)
+	micros := micros(samples, b, cfg)
 	var st train.Stats
 	for j, mi := range micros {
 		batch := make([]*train.Sequence, len(mi))

@@ -1,0 +1,145 @@
+package qwen2
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/mempo/mempo/model/torch"
+)
+
+// treeCases are pairs as an update's micro-batch holds them: groups sharing a prompt,
+// turns whose context extends an earlier turn's, a context that is another's prefix,
+// identical contexts, a lone pair, and pairs without a response.
+func treeCases(rng *rand.Rand, vocab int) []Pair {
+	var pairs []Pair
+	for range 3 {
+		prompt := randomTokens(rng, 4+rng.IntN(6), vocab)
+		var prev []int64
+		for range 4 {
+			ctx := slices.Concat(prompt, randomTokens(rng, 1+rng.IntN(5), vocab))
+			if prev != nil && rng.IntN(2) == 0 {
+				ctx = slices.Concat(prev, randomTokens(rng, 1+rng.IntN(4), vocab))
+			}
+			pairs = append(pairs, Pair{Context: ctx, Response: randomTokens(rng, 1+rng.IntN(6), vocab)})
+			prev = ctx
+		}
+		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 3, vocab)})
+		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 2, vocab)})
+		pairs = append(pairs, Pair{Context: slices.Concat(prompt, []int64{1}), Response: nil})
+	}
+	pairs = append(pairs, Pair{Context: randomTokens(rng, 7, vocab), Response: randomTokens(rng, 4, vocab)})
+	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
+	return pairs
+}
+
+// TestTreeLogProbTensorMatchesFlat checks the tree pass against LogProbTensor on the
+// same pairs: the same log-probs and entropies in the same order, and after the
+// backward pass of one loss the same gradient of every weight, to float rounding. A
+// branch reading the wrong trunk slots, a position off by one, or a trunk token whose
+// gradient missed a branch would each fail here.
+func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
+	runtime.LockOSThread() // libtorch's grad mode is per OS thread
+	defer runtime.UnlockOSThread()
+	m := newTestModel(t, testConfig(), Options{})
+	for _, w := range m.Weights() {
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+	}
+	defer torch.SetGrad(torch.SetGrad(true))
+	pairs := treeCases(rand.New(rand.NewPCG(3, 4)), 97)
+	if _, ok := packTrees(pairs); !ok {
+		t.Fatal("no shared trunk in the cases")
+	}
+	type result struct {
+		lp, ent []float32
+		grads   map[string][]float32
+	}
+	run := func(score func([]Pair, ScoreConfig) (lpT, entT []float32, backward func())) result {
+		var r result
+		cfg := ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7}
+		var backward func()
+		r.lp, r.ent, backward = score(pairs, cfg)
+		backward()
+		r.grads = map[string][]float32{}
+		for _, w := range m.Weights() {
+			g := torch.Must(w.Tensor.Grad(false))
+			r.grads[w.Key] = floats(g)
+			g.MustDrop()
+			torch.Of(w.Tensor).ClearGrad()
+		}
+		return r
+	}
+	scorer := func(tree bool) func([]Pair, ScoreConfig) ([]float32, []float32, func()) {
+		return func(ps []Pair, cfg ScoreConfig) ([]float32, []float32, func()) {
+			score := m.LogProbTensor
+			if tree {
+				score = m.TreeLogProbTensor
+			}
+			lp, ent, err := score(ps, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lpv, entv := floats(lp), floats(ent)
+			return lpv, entv, func() {
+				// A loss weighting every token differently, so a gradient routed to the
+				// wrong token changes it.
+				w := make([]float32, len(lpv))
+				for i := range w {
+					w[i] = float32(i%5) - 1.5
+				}
+				wt := torch.RawFromHost(w, []int64{int64(len(w))}, m.Device())
+				a := torch.Of(lp).Mul(wt)
+				s := a.SumLast()
+				e := torch.Of(ent).SumLast()
+				s.Add_(e)
+				loss := s.Wrap()
+				torch.Free(wt, a, e)
+				torch.Drop(lp, ent)
+				defer loss.MustDrop()
+				if err := loss.Backward(); err != nil {
+					t.Fatalf("backward: %v", err)
+				}
+			}
+		}
+	}
+	flat, tree := run(scorer(false)), run(scorer(true))
+	if len(tree.lp) != len(flat.lp) || len(tree.ent) != len(flat.ent) {
+		t.Fatalf("tree pass scored %d/%d tokens, flat %d/%d", len(tree.lp), len(tree.ent), len(flat.lp), len(flat.ent))
+	}
+	if d := maxAbsDiff(tree.lp, flat.lp); d > 1e-5 {
+		t.Errorf("log-probs differ by %g", d)
+	}
+	if d := maxAbsDiff(tree.ent, flat.ent); d > 1e-5 {
+		t.Errorf("entropies differ by %g", d)
+	}
+	for k, g := range flat.grads {
+		if d := maxAbsDiff(tree.grads[k], g); d > 1e-5 {
+			t.Errorf("%s: gradients differ by %g", k, d)
+		}
+	}
+}
+
+// TestTreeSlots checks that the tree pass computes fewer slots than the flat pass on
+// pairs sharing a prompt, and as many as PackShape when nothing is shared.
+func TestTreeSlots(t *testing.T) {
+	prompt := make([]int64, 40)
+	var shared, lone []Pair
+	var lengths []int
+	for i := range 8 {
+		ctx := slices.Concat(prompt, []int64{int64(i + 1), 5, 6})
+		shared = append(shared, Pair{Context: ctx, Response: []int64{7, 8, 9}})
+		lone = append(lone, Pair{Context: []int64{int64(i + 1), 5, 6}, Response: []int64{7, 8, 9}})
+		lengths = append(lengths, len(ctx)+3)
+	}
+	rows, width := PackShape(lengths)
+	if got := TreeSlots(shared); got != 40+8*6 {
+		t.Errorf("shared prompt: %d slots, want %d (the prompt once, then each branch)", got, 40+8*6)
+	}
+	if got := TreeSlots(shared); got >= rows*width {
+		t.Errorf("shared prompt: %d slots, not fewer than the flat pass's %d", got, rows*width)
+	}
+	if got := TreeSlots(lone); got != 8*6 {
+		t.Errorf("nothing shared: %d slots, want %d", got, 8*6)
+	}
+}

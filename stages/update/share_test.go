@@ -1,0 +1,120 @@
+package update
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/qwen2"
+)
+
+// groupTurns draws GRPO groups as the rollout stage writes them: per prompt, samples
+// whose turn contexts start with the prompt, a later turn's context often repeating
+// the earlier one's.
+func groupTurns(rng *rand.Rand, groups, samples int) []turn {
+	var out []turn
+	for g := range groups {
+		prompt := make([]int32, 6+rng.IntN(6))
+		for i := range prompt {
+			prompt[i] = int32(rng.IntN(fixtureVocab))
+		}
+		for s := range samples {
+			ctx := slices.Clone(prompt)
+			for tn := range 1 + rng.IntN(3) {
+				tr := turn{uid: string(rune('a'+g)) + "q", sample: int32(s), turn: int32(tn)}
+				for range 1 + rng.IntN(5) {
+					ctx = append(ctx, int32(rng.IntN(fixtureVocab)))
+				}
+				tr.ctx = slices.Clone(ctx)
+				for range 1 + rng.IntN(6) {
+					tr.resp = append(tr.resp, int32(rng.IntN(fixtureVocab)))
+					tr.adv = append(tr.adv, float32(rng.NormFloat64()))
+				}
+				out = append(out, tr)
+				ctx = append(ctx, tr.resp...)
+			}
+		}
+	}
+	return out
+}
+
+// TestSharePrefixes: an update whose micro-batches run as tree passes over the
+// samples' shared prefixes writes the weights the unshared update writes, to float32
+// rounding, under another cache key, with one pass per mini-batch and with several.
+func TestSharePrefixes(t *testing.T) {
+	f := newFixture(t, groupTurns(rand.New(rand.NewPCG(5, 6)), 3, 4))
+	for _, budget := range []int{0, 96} {
+		cfg := testConfig()
+		cfg.MicroTokenBudget = budget
+		cfg.Objective.KLCoef, cfg.Objective.EntropyCoef = 0.05, 0.01
+		cfg.SharePrefixes = false
+		plain, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "plain", string(rune('0'+budget%10))), Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.SharePrefixes = true
+		shared, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "shared", string(rune('0'+budget%10))), Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared.Key == plain.Key {
+			t.Errorf("budget %d: --share-prefixes did not change the cache key %s", budget, shared.Key.Short())
+		}
+		before := weightValues(t, f.in.Policy)
+		want, got := weightValues(t, plain.Dir), weightValues(t, shared.Dir)
+		for i := range want {
+			want[i] -= before[i]
+			got[i] -= before[i]
+		}
+		if d := relDiff(got, want); !(d <= 1e-5) {
+			t.Errorf("budget %d: weights' change with shared prefixes differs by %.3g relative, want <= 1e-5", budget, d)
+		} else {
+			t.Logf("budget %d: weights' change differs by %.3g relative", budget, d)
+		}
+	}
+}
+
+// TestTreeMicroBatches: with shared prefixes the mini-batch is cut in context order
+// into micro-batches within the budget of tree slots, and they share: fewer slots
+// than the same samples cost unshared.
+func TestTreeMicroBatches(t *testing.T) {
+	turns := groupTurns(rand.New(rand.NewPCG(7, 8)), 4, 8)
+	samples := make([]Sample, len(turns))
+	b := Batch{}
+	for i, tr := range turns {
+		samples[i].Context, samples[i].Response = qwen2.Tokens(tr.ctx), qwen2.Tokens(tr.resp)
+		b.Samples = append(b.Samples, i)
+	}
+	cfg := DefaultConfig()
+	cfg.MicroTokenBudget = 200
+	var got []int
+	shared, flat := 0, 0
+	for _, mi := range micros(samples, b, cfg) {
+		pairs := make([]qwen2.Pair, len(mi))
+		var lengths []int
+		for k, i := range mi {
+			pairs[k] = samples[i].Pair()
+			lengths = append(lengths, samples[i].Len())
+		}
+		slots := qwen2.TreeSlots(pairs)
+		if slots > cfg.MicroTokenBudget && len(mi) > 1 {
+			t.Errorf("micro-batch of %d samples: %d tree slots over the budget %d", len(mi), slots, cfg.MicroTokenBudget)
+		}
+		r, w := qwen2.PackShape(lengths)
+		shared, flat = shared+slots, flat+r*w
+		got = append(got, mi...)
+	}
+	if !slices.IsSortedFunc(got, func(a, b int) int { return slices.Compare(samples[a].Context, samples[b].Context) }) {
+		t.Errorf("micro-batches not in context order")
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, b.Samples) {
+		t.Errorf("micro-batches hold samples %v, want each of %v once", got, b.Samples)
+	}
+	if shared >= flat*3/4 {
+		t.Errorf("tree passes compute %d slots, the same micro-batches unshared %d: want under three quarters", shared, flat)
+	}
+}
