@@ -16,6 +16,9 @@ var ErrMemory = errors.New("training plan does not fit in memory")
 // slots, see qwen2.PackShape) and the positions that get logits.
 type Shape struct {
 	Rows, Width int // Rows·Width token slots, padding included
+	// Keys is the most keys a query attends to when more than Width: a tree pass's
+	// branch reads its trunk's keys before its own row's (qwen2.TreeShape).
+	Keys int
 	// Scored is the positions that get logits: the response tokens (SFT with a context
 	// weight: every token but each sequence's first).
 	Scored int
@@ -49,7 +52,7 @@ type Memory struct {
 // implementation keeps, op by op, so it is specific to it (no fused attention: the
 // attention probabilities are materialised). With P = c.NumParams(), b the bytes of
 // the weight dtype (2 or 4), L layers, H hidden, I intermediate, kvd = kv heads ·
-// head_dim, nH heads, V vocab, T = Rows·Width token slots, W = Width, n scored
+// head_dim, nH heads, V vocab, T = Rows·Width token slots, W = max(Width, Keys), n scored
 // positions, c = min(Chunk, n), e = 1 with entropies else 0:
 //
 //	weights     = b·P
@@ -91,7 +94,7 @@ func EstimateMemory(c qwen2.Config, s Shape) Memory {
 	P := c.NumParams()
 	L, H, I := int64(c.NumLayers), int64(c.HiddenSize), int64(c.IntermediateSize)
 	kvd, nH, V := int64(c.NumKVHeads*c.HeadDim()), int64(c.NumHeads), int64(c.VocabSize)
-	T, W, n := int64(s.Rows)*int64(s.Width), int64(s.Width), int64(s.Scored)
+	T, W, n := int64(s.Rows)*int64(s.Width), int64(max(s.Width, s.Keys)), int64(s.Scored)
 	ck := min(int64(s.Chunk), n)
 	e := int64(0)
 	if s.Entropy {
@@ -133,6 +136,7 @@ func EstimateMemory(c qwen2.Config, s Shape) Memory {
 type Pass struct {
 	Lengths []int
 	Scored  int
+	Keys    int // Shape.Keys: 0 unless a query reads more keys than its row holds
 }
 
 // PlanMemory is the estimate of the pass of passes that needs the most memory, each
@@ -142,7 +146,7 @@ func PlanMemory(c qwen2.Config, s Shape, passes []Pass) Memory {
 	var worst Memory
 	for i, p := range passes {
 		s.Rows, s.Width = qwen2.PackShape(p.Lengths)
-		s.Scored = p.Scored
+		s.Scored, s.Keys = p.Scored, p.Keys
 		if m := EstimateMemory(c, s); i == 0 || m.Total() > worst.Total() {
 			worst = m
 		}
@@ -190,12 +194,15 @@ func (m Memory) String() string {
 		}
 		fmt.Fprintf(&sb, "%s %s", t.name, ByteSize(t.v))
 	}
-	ck := ""
+	extra := ""
+	if m.Shape.Keys > m.Shape.Width {
+		extra = fmt.Sprintf(", up to %d keys a query", m.Shape.Keys)
+	}
 	if m.Shape.GradCheckpoint {
-		ck = ", grad checkpoint"
+		extra += ", grad checkpoint"
 	}
 	fmt.Fprintf(&sb, ") for %s weights, largest pass %d×%d tokens with %d scored%s",
-		m.DType, m.Shape.Rows, m.Shape.Width, m.Shape.Scored, ck)
+		m.DType, m.Shape.Rows, m.Shape.Width, m.Shape.Scored, extra)
 	return sb.String()
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +20,8 @@ import (
 
 // memoryCase is one training step whose peak memory TestMemoryEstimate measures: a
 // model of preset (truncated to layers when > 0) in dtype, and one PPO micro-batch of
-// turns sequences of context + response tokens.
+// turns sequences of context + response tokens; with prompt > 0 every context starts
+// with the same prompt tokens and the micro-batch runs as a tree pass (SharePrefixes).
 type memoryCase struct {
 	preset            string
 	layers            int
@@ -27,6 +29,7 @@ type memoryCase struct {
 	turns             int
 	context, response int
 	checkpoint        bool
+	prompt            int
 }
 
 var memoryCases = map[string]memoryCase{
@@ -35,6 +38,7 @@ var memoryCases = map[string]memoryCase{
 	"tiny-4k":       {preset: "tiny", dtype: "float32", turns: 1, context: 3968, response: 128},
 	"tiny-4k-ckpt":  {preset: "tiny", dtype: "float32", turns: 1, context: 3968, response: 128, checkpoint: true},
 	"0.5b-shape-2l": {preset: "qwen2.5-0.5b-shape", layers: 2, dtype: "float32", turns: 2, context: 192, response: 64},
+	"tiny-shared":   {preset: "tiny", dtype: "float32", turns: 16, context: 64, response: 64, prompt: 128},
 }
 
 func (c memoryCase) config(t testing.TB) qwen2.Config {
@@ -51,12 +55,43 @@ func (c memoryCase) config(t testing.TB) qwen2.Config {
 
 // estimate is EstimateMemory of the case's step.
 func (c memoryCase) estimate(t testing.TB) Memory {
-	lengths := make([]int, c.turns)
-	for i := range lengths {
-		lengths[i] = c.context + c.response
+	pass := Pass{Scored: c.turns * c.response}
+	for _, s := range c.batch(c.config(t).VocabSize) {
+		pass.Lengths = append(pass.Lengths, s.Len())
 	}
-	return PlanMemory(c.config(t), Shape{Entropy: true, GradCheckpoint: c.checkpoint},
-		[]Pass{{Lengths: lengths, Scored: c.turns * c.response}})
+	if c.prompt > 0 {
+		pairs := make([]qwen2.Pair, 0, c.turns)
+		for _, s := range c.batch(c.config(t).VocabSize) {
+			pairs = append(pairs, s.Pair())
+		}
+		pass.Lengths, pass.Keys = qwen2.TreeShape(pairs)
+	}
+	return PlanMemory(c.config(t), Shape{Entropy: true, GradCheckpoint: c.checkpoint}, []Pass{pass})
+}
+
+// batch is the case's micro-batch: random tokens after the shared prompt, and old and
+// reference log-probs near -8.
+func (c memoryCase) batch(vocab int) []*Sequence {
+	rng := rand.New(rand.NewPCG(1, 1))
+	var prompt []int64
+	for range c.prompt {
+		prompt = append(prompt, rng.Int64N(int64(vocab)))
+	}
+	var out []*Sequence
+	for range c.turns {
+		s := &Sequence{Context: slices.Clone(prompt)}
+		for range c.context {
+			s.Context = append(s.Context, rng.Int64N(int64(vocab)))
+		}
+		for range c.response {
+			s.Response = append(s.Response, rng.Int64N(int64(vocab)))
+			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
+			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
+			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // memoryChild names the case a child process of TestMemoryEstimate measures.
@@ -71,7 +106,7 @@ func TestMemoryEstimate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a step of each case in a child process")
 	}
-	for _, name := range []string{"tiny", "tiny-bf16", "tiny-4k", "tiny-4k-ckpt", "0.5b-shape-2l"} {
+	for _, name := range []string{"tiny", "tiny-bf16", "tiny-4k", "tiny-4k-ckpt", "0.5b-shape-2l", "tiny-shared"} {
 		t.Run(name, func(t *testing.T) {
 			c := memoryCases[name]
 			cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$")
@@ -136,21 +171,10 @@ func TestMemoryChild(t *testing.T) {
 	if err := adam.LendGrads(); err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 1))
-	var batch []*Sequence
+	batch := c.batch(cfg.VocabSize)
 	var lengths []int
-	for range c.turns {
-		s := &Sequence{}
-		for range c.context {
-			s.Context = append(s.Context, rng.Int64N(int64(cfg.VocabSize)))
-		}
-		for range c.response {
-			s.Response = append(s.Response, rng.Int64N(int64(cfg.VocabSize)))
-			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
-			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
-			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
-		}
-		batch, lengths = append(batch, s), append(lengths, c.response)
+	for _, s := range batch {
+		lengths = append(lengths, len(s.Response))
 	}
 	div, err := Divisor(DefaultObjective.Agg, lengths)
 	if err != nil {
@@ -158,7 +182,7 @@ func TestMemoryChild(t *testing.T) {
 	}
 	torch.TrimHeap()
 	torchtest.ResetPeakRSS(t)
-	step := PPOStep{Model: m, Objective: DefaultObjective, GradCheckpoint: c.checkpoint}
+	step := PPOStep{Model: m, Objective: DefaultObjective, GradCheckpoint: c.checkpoint, SharePrefixes: c.prompt > 0}
 	if _, err := step.Micro(batch, div); err != nil {
 		t.Fatal(err)
 	}

@@ -64,11 +64,19 @@ func TreeSlots(pairs []Pair) int {
 	return tr*tw + br*bw
 }
 
-// TreeLengths is the lengths of the sequences the tree pass over pairs runs: its
-// trunks' and then its branches'.
-func TreeLengths(pairs []Pair) []int {
-	trunks, branches, _ := treeLengths(pairs)
-	return append(trunks, branches...)
+// TreeShape is the lengths of the sequences the tree pass over pairs runs, its
+// trunks' and then its branches', and the most keys a query attends to: a branch
+// row's past (its trunk) and its own width.
+func TreeShape(pairs []Pair) (lengths []int, keys int) {
+	trunks, branches, groups := treeLengths(pairs)
+	_, _, w := place(branches, groups)
+	past := 0
+	for _, g := range groups {
+		if g >= 0 {
+			past = max(past, trunks[g])
+		}
+	}
+	return append(trunks, branches...), past + w
 }
 
 // treeLengths is the lengths of the tree pass's trunks and branches, and each

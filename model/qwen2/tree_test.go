@@ -143,3 +143,79 @@ func TestTreeSlots(t *testing.T) {
 		t.Errorf("nothing shared: %d slots, want %d", got, 8*6)
 	}
 }
+
+// TestTreeLogProbTensorBFloat16: the tree pass runs in bfloat16 with gradients, and
+// its log-probs stay within bfloat16 rounding of the unshared pass's.
+func TestTreeLogProbTensorBFloat16(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m := newTestModel(t, testConfig(), Options{DType: "bfloat16"})
+	for _, w := range m.Weights() {
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+	}
+	defer torch.SetGrad(torch.SetGrad(true))
+	pairs := treeCases(rand.New(rand.NewPCG(5, 6)), 97)
+	cfg := ScoreConfig{Entropy: true}
+	flat, fent, err := m.LogProbTensor(pairs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, tent, err := m.TreeLogProbTensor(pairs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxAbsDiff(floats(tree), floats(flat)); d > 0.05 {
+		t.Errorf("bfloat16 log-probs differ by %g, want <= 0.05", d)
+	}
+	s := torch.Of(tree).SumLast()
+	loss := s.Wrap()
+	defer loss.MustDrop()
+	if err := loss.Backward(); err != nil {
+		t.Fatalf("backward: %v", err)
+	}
+	g := torch.Must(m.Layers[0].Attn.K.Weight.Grad(false))
+	defer g.MustDrop()
+	if n := torch.Values(g); len(n) == 0 || n[0] != n[0] {
+		t.Errorf("layer 0's key weight has no finite gradient")
+	}
+	torch.Drop(flat, fent, tree, tent)
+}
+
+// TestTreeBatches: budget 0 keeps every item in one batch; a budget
+// below any pair's slots puts each alone; every batch of two or more stays within the
+// budget, and every item lands in exactly one batch.
+func TestTreeBatches(t *testing.T) {
+	pairs := treeCases(rand.New(rand.NewPCG(9, 9)), 97)
+	idx := make([]int, len(pairs))
+	for i := range idx {
+		idx[i] = i
+	}
+	pair := func(i int) Pair { return pairs[i] }
+	byContext := func(a, b int) int { return slices.Compare(pairs[a].Context, pairs[b].Context) }
+	if got := TreeBatches(idx, pair, 0); len(got) != 1 || !slices.Equal(got[0], idx) {
+		t.Errorf("budget 0: %v, want one batch of all", got)
+	}
+	if got := TreeBatches(idx, pair, 1); len(got) != len(idx) {
+		t.Errorf("budget 1: %d batches, want %d of one", len(got), len(idx))
+	}
+	for _, budget := range []int{20, 60, 150} {
+		var seen []int
+		for _, b := range TreeBatches(idx, pair, budget) {
+			ps := make([]Pair, len(b))
+			for k, i := range b {
+				ps[k] = pairs[i]
+			}
+			if n := TreeSlots(ps); len(b) > 1 && n > budget {
+				t.Errorf("budget %d: batch %v has %d slots", budget, b, n)
+			}
+			seen = append(seen, b...)
+		}
+		if !slices.IsSortedFunc(seen, byContext) {
+			t.Errorf("budget %d: batches not in context order", budget)
+		}
+		slices.Sort(seen)
+		if !slices.Equal(seen, idx) {
+			t.Errorf("budget %d: batches hold %v", budget, seen)
+		}
+	}
+}
