@@ -67,10 +67,8 @@ func (m *Model) LogProbTensorCheckpointed(pairs []Pair, cfg ScoreConfig) (lp, en
 	var pos torch.Raw
 	ck.ids, pos, ck.bias = b.inputs(m)
 	rows, width := int64(b.rows), int64(b.width)
-	ck.p = &pass{b: rows, t: width, keys: width, headDim: m.rope.d, bias: ck.bias}
-	ck.p.cos, ck.p.sin = m.rope.at(pos, rows, width)
+	ck.p = m.newPass(pos, ck.bias, rows, width, width, false)
 	pos.Free()
-	ck.p.bias5 = ck.bias.View(rows, 1, 1, width, width)
 	h := m.embed(ck.ids, false)
 	ck.inputs = append(ck.inputs, h)
 	for _, l := range m.Layers {

@@ -20,10 +20,7 @@ import (
 func TestLogProbGradients(t *testing.T) {
 	runtime.LockOSThread() // libtorch's grad mode is per OS thread
 	defer runtime.UnlockOSThread()
-	m := newTestModel(t, testConfig(), Options{})
-	for _, w := range m.Weights() {
-		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
-	}
+	m := newTrainableModel(t, testConfig(), Options{})
 	defer torch.SetGrad(torch.SetGrad(true))
 	rng := rand.New(rand.NewPCG(8, 9))
 	var pairs []Pair

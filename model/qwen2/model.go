@@ -158,9 +158,7 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	if bs := bias.Size(); len(bs) != 4 || bs[0] != b || bs[1] != 1 || bs[2] != t || bs[3] != past+t {
 		panic(fmt.Sprintf("attention: mask %v for ids %v after %d cached slots, want [%d 1 %d %d]", bs, size, past, b, t, past+t))
 	}
-	p := &pass{b: b, t: t, keys: past + t, headDim: m.rope.d, bias: bias, grad: torch.GradEnabled()}
-	p.cos, p.sin = m.rope.at(pos, b, t)
-	p.bias5 = bias.View(b, 1, 1, t, past+t)
+	p := m.newPass(pos, bias, b, t, past+t, torch.GradEnabled())
 	defer p.free()
 	h := m.embed(ids, p.grad)
 	for i, l := range m.Layers {

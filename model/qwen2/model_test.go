@@ -36,6 +36,18 @@ func newTestModel(t testing.TB, c Config, opt Options) *Model {
 	return m
 }
 
+// newTrainableModel is newTestModel with every weight requiring grad, as training
+// holds it. The caller turns grad mode on (torch.SetGrad) on a locked OS thread:
+// libtorch keeps it per thread.
+func newTrainableModel(t testing.TB, c Config, opt Options) *Model {
+	t.Helper()
+	m := newTestModel(t, c, opt)
+	for _, w := range m.Weights() {
+		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
+	}
+	return m
+}
+
 func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
 	out := make([]int64, n)
 	for i := range out {

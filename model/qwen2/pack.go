@@ -123,10 +123,16 @@ func (p rowPack) bias() []float32 {
 // inputs converts the pack to ids, pos: [rows, width] int64 and its bias in the
 // model dtype on the model's device.
 func (p rowPack) inputs(m *Model) (ids, pos, bias torch.Raw) {
+	return p.inputsWith(m, p.bias(), p.width)
+}
+
+// inputsWith is inputs with another mask: mask: [rows, 1, width, keys] as bias takes
+// it, for queries that read keys slots.
+func (p rowPack) inputsWith(m *Model, mask []float32, keys int) (ids, pos, bias torch.Raw) {
 	shape := []int64{int64(p.rows), int64(p.width)}
 	ids = torch.RawFromHost(p.ids, shape, m.device)
 	pos = torch.RawFromHost(p.pos, shape, m.device)
-	bias = torch.RawFromHost(p.bias(), []int64{int64(p.rows), 1, int64(p.width), int64(p.width)}, m.device)
+	bias = torch.RawFromHost(mask, []int64{int64(p.rows), 1, int64(p.width), int64(keys)}, m.device)
 	if m.dtype != gotch.Float {
 		f := bias
 		defer f.Free()

@@ -41,6 +41,16 @@ func callerPass(x, cos, sin, mask *ts.Tensor, headDim int64) *pass {
 	return p
 }
 
+// newPass is the pass of b rows of t new tokens at positions pos: [b, t] int64, whose
+// queries read keys slots under bias: [b, 1, t, keys], which the pass borrows. grad
+// says whether autograd records.
+func (m *Model) newPass(pos, bias torch.Raw, b, t, keys int64, grad bool) *pass {
+	p := &pass{b: b, t: t, keys: keys, headDim: m.rope.d, bias: bias, grad: grad}
+	p.cos, p.sin = m.rope.at(pos, b, t)
+	p.bias5 = bias.View(b, 1, 1, t, keys)
+	return p
+}
+
 // free releases the pass's tensors.
 func (p *pass) free() {
 	torch.Free(p.cos, p.sin, p.bias5)

@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
@@ -66,15 +65,13 @@ func TreeSlots(pairs []Pair) int {
 
 // TreeShape is the lengths of the sequences the tree pass over pairs runs, its
 // trunks' and then its branches', and the most keys a query attends to: a branch
-// row's past (its trunk) and its own width.
+// row's past (the longest trunk, see packTrees) and its own width.
 func TreeShape(pairs []Pair) (lengths []int, keys int) {
 	trunks, branches, groups := treeLengths(pairs)
 	_, _, w := place(branches, groups)
 	past := 0
-	for _, g := range groups {
-		if g >= 0 {
-			past = max(past, trunks[g])
-		}
+	for _, n := range trunks {
+		past = max(past, n)
 	}
 	return append(trunks, branches...), past + w
 }
@@ -87,7 +84,8 @@ func treeLengths(pairs []Pair) (trunk, branch, group []int) {
 		trunk = append(trunk, len(t))
 	}
 	for _, b := range branches {
-		branch, group = append(branch, len(b.ids)), append(group, b.trunk)
+		p := pairs[b.pair]
+		branch, group = append(branch, len(p.Context)-b.shared+len(p.Response)), append(group, b.trunk)
 	}
 	return trunk, branch, group
 }
@@ -136,14 +134,16 @@ func TreeBatches(idx []int, pair func(int) Pair, budget int) [][]int {
 	return out
 }
 
-// sharedBranch is one pair's branch: the rest of its context after its trunk and its
-// response.
+// sharedBranch is one pair's branch: the rest of its context after its trunk, at
+// least one token, and its response.
 type sharedBranch struct {
-	pair  int     // index into the pairs
-	trunk int     // index into the trunks, -1 for none
-	ids   []int64 // context[shared:] + response
-	rest  int     // context tokens in ids, at least one
+	pair   int // index into the pairs
+	trunk  int // index into the trunks, -1 for none
+	shared int // context tokens in the trunk
 }
+
+// ids is the branch's tokens: context[shared:] + response of its pair p.
+func (b sharedBranch) ids(p Pair) []int64 { return slices.Concat(p.Context[b.shared:], p.Response) }
 
 // treeSplit groups the pairs with a response over their shared context prefixes
 // (prefixRuns) into trunks and branches. A group of one pair keeps its whole
@@ -172,9 +172,7 @@ func treeSplit(pairs []Pair) (trunks [][]int64, branches []sharedBranch) {
 			trunks = append(trunks, contexts[run[0]][:n])
 		}
 		for _, k := range run {
-			p := pairs[scored[k]]
-			ids := append(append(make([]int64, 0, len(p.Context)-n+len(p.Response)), p.Context[n:]...), p.Response...)
-			branches = append(branches, sharedBranch{pair: scored[k], trunk: t, ids: ids, rest: len(p.Context) - n})
+			branches = append(branches, sharedBranch{pair: scored[k], trunk: t, shared: n})
 		}
 	}
 	return trunks, branches
@@ -190,7 +188,7 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 	seqs := make([][]int64, len(branches))
 	groups := make([]int, len(branches))
 	for i, b := range branches {
-		seqs[i], groups[i] = b.ids, b.trunk
+		seqs[i], groups[i] = b.ids(pairs[b.pair]), b.trunk
 	}
 	tp.branch = packGroups(seqs, groups)
 	// A branch row holds branches of one trunk; its past is that trunk.
@@ -201,9 +199,9 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 	}
 	for i, b := range branches {
 		rowTrunk[tp.branch.slot[i]/w] = b.trunk
-		if b.trunk >= 0 {
-			tp.past = max(tp.past, len(trunks[b.trunk]))
-		}
+	}
+	for _, t := range trunks { // every trunk has branches
+		tp.past = max(tp.past, len(t))
 	}
 	tp.pastSlot = make([]int64, tp.branch.rows*tp.past)
 	for r, t := range rowTrunk {
@@ -213,12 +211,10 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 			}
 		}
 	}
-	tp.bias = tp.branchBias(branches, trunks)
+	tp.bias = tp.branchBias(branches, seqs, trunks)
 	for i, b := range branches {
-		if b.trunk >= 0 {
-			for j := range b.ids {
-				tp.branch.pos[tp.branch.slot[i]+j] += int64(len(trunks[b.trunk]))
-			}
+		for j := range seqs[i] {
+			tp.branch.pos[tp.branch.slot[i]+j] += int64(b.shared)
 		}
 	}
 	// Responses in pair order, as LogProbTensor returns them.
@@ -233,9 +229,9 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 		if i < 0 {
 			continue
 		}
-		b := branches[i]
-		for j, tok := range b.ids[b.rest:] {
-			tp.at = append(tp.at, int64(tp.branch.slot[i]+b.rest-1+j))
+		rest := len(pairs[branches[i].pair].Context) - branches[i].shared
+		for j, tok := range seqs[i][rest:] {
+			tp.at = append(tp.at, int64(tp.branch.slot[i]+rest-1+j))
 			tp.target = append(tp.target, tok)
 		}
 	}
@@ -245,7 +241,7 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 // branchBias is the branch pass's additive mask: a query of a branch reads its
 // trunk's past slots and its own branch up to itself; a padding query reads its row's
 // first own slot only, so no softmax row is all -inf.
-func (tp *treePack) branchBias(branches []sharedBranch, trunks [][]int64) []float32 {
+func (tp *treePack) branchBias(branches []sharedBranch, seqs, trunks [][]int64) []float32 {
 	w, keys := tp.branch.width, tp.past+tp.branch.width
 	out := make([]float32, tp.branch.rows*w*keys)
 	inf := float32(math.Inf(-1))
@@ -260,7 +256,7 @@ func (tp *treePack) branchBias(branches []sharedBranch, trunks [][]int64) []floa
 	for i, b := range branches {
 		s := tp.branch.slot[i]
 		r, c := s/w, s%w
-		for j := range b.ids {
+		for j := range seqs[i] {
 			row := out[(r*w+c+j)*keys : (r*w+c+j+1)*keys]
 			if b.trunk >= 0 {
 				for k := range trunks[b.trunk] {
@@ -309,22 +305,12 @@ func (m *Model) treeHidden(tp treePack) torch.Raw {
 }
 
 // treeInputs is the pass of one side of a tree pass, with past key slots before each
-// row's own, and its token ids.
-func (m *Model) treeInputs(b rowPack, past int, bias []float32) (*pass, torch.Raw) {
-	rows, width, keys := int64(b.rows), int64(b.width), int64(past+b.width)
-	shape := []int64{rows, width}
-	ids := torch.RawFromHost(b.ids, shape, m.device)
-	pos := torch.RawFromHost(b.pos, shape, m.device)
+// row's own under mask, and its token ids.
+func (m *Model) treeInputs(b rowPack, past int, mask []float32) (*pass, torch.Raw) {
+	ids, pos, bias := b.inputsWith(m, mask, past+b.width)
 	defer pos.Free()
-	p := &pass{b: rows, t: width, keys: keys, headDim: m.rope.d, grad: torch.GradEnabled(), own: true}
-	p.bias = torch.RawFromHost(bias, []int64{rows, 1, width, keys}, m.device)
-	if m.dtype != gotch.Float {
-		f := p.bias
-		p.bias = f.ToDType(m.dtype)
-		f.Free()
-	}
-	p.bias5 = p.bias.View(rows, 1, 1, width, keys)
-	p.cos, p.sin = m.rope.at(pos, rows, width)
+	p := m.newPass(pos, bias, int64(b.rows), int64(b.width), int64(past+b.width), torch.GradEnabled())
+	p.own = true
 	return p, ids
 }
 

@@ -42,10 +42,7 @@ func treeCases(rng *rand.Rand, vocab int) []Pair {
 func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
 	runtime.LockOSThread() // libtorch's grad mode is per OS thread
 	defer runtime.UnlockOSThread()
-	m := newTestModel(t, testConfig(), Options{})
-	for _, w := range m.Weights() {
-		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
-	}
+	m := newTrainableModel(t, testConfig(), Options{})
 	defer torch.SetGrad(torch.SetGrad(true))
 	pairs := treeCases(rand.New(rand.NewPCG(3, 4)), 97)
 	if _, ok := packTrees(pairs); !ok {
@@ -55,13 +52,35 @@ func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
 		lp, ent []float32
 		grads   map[string][]float32
 	}
-	run := func(score func([]Pair, ScoreConfig) (lpT, entT []float32, backward func())) result {
-		var r result
-		cfg := ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7}
-		var backward func()
-		r.lp, r.ent, backward = score(pairs, cfg)
-		backward()
-		r.grads = map[string][]float32{}
+	// run scores the pairs, backpropagates a loss weighting every token differently
+	// (so a gradient routed to the wrong token changes it), and collects and clears
+	// every weight's gradient.
+	run := func(tree bool) result {
+		score := m.LogProbTensor
+		if tree {
+			score = m.TreeLogProbTensor
+		}
+		lp, ent, err := score(pairs, ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := result{lp: floats(lp), ent: floats(ent), grads: map[string][]float32{}}
+		w := make([]float32, len(r.lp))
+		for i := range w {
+			w[i] = float32(i%5) - 1.5
+		}
+		wt := torch.RawFromHost(w, []int64{int64(len(w))}, m.Device())
+		a := torch.Of(lp).Mul(wt)
+		sum := a.SumLast()
+		e := torch.Of(ent).SumLast()
+		sum.Add_(e)
+		loss := sum.Wrap()
+		torch.Free(wt, a, e)
+		torch.Drop(lp, ent)
+		defer loss.MustDrop()
+		if err := loss.Backward(); err != nil {
+			t.Fatalf("backward: %v", err)
+		}
 		for _, w := range m.Weights() {
 			g := torch.Must(w.Tensor.Grad(false))
 			r.grads[w.Key] = floats(g)
@@ -70,40 +89,7 @@ func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
 		}
 		return r
 	}
-	scorer := func(tree bool) func([]Pair, ScoreConfig) ([]float32, []float32, func()) {
-		return func(ps []Pair, cfg ScoreConfig) ([]float32, []float32, func()) {
-			score := m.LogProbTensor
-			if tree {
-				score = m.TreeLogProbTensor
-			}
-			lp, ent, err := score(ps, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lpv, entv := floats(lp), floats(ent)
-			return lpv, entv, func() {
-				// A loss weighting every token differently, so a gradient routed to the
-				// wrong token changes it.
-				w := make([]float32, len(lpv))
-				for i := range w {
-					w[i] = float32(i%5) - 1.5
-				}
-				wt := torch.RawFromHost(w, []int64{int64(len(w))}, m.Device())
-				a := torch.Of(lp).Mul(wt)
-				s := a.SumLast()
-				e := torch.Of(ent).SumLast()
-				s.Add_(e)
-				loss := s.Wrap()
-				torch.Free(wt, a, e)
-				torch.Drop(lp, ent)
-				defer loss.MustDrop()
-				if err := loss.Backward(); err != nil {
-					t.Fatalf("backward: %v", err)
-				}
-			}
-		}
-	}
-	flat, tree := run(scorer(false)), run(scorer(true))
+	flat, tree := run(false), run(true)
 	if len(tree.lp) != len(flat.lp) || len(tree.ent) != len(flat.ent) {
 		t.Fatalf("tree pass scored %d/%d tokens, flat %d/%d", len(tree.lp), len(tree.ent), len(flat.lp), len(flat.ent))
 	}
@@ -149,10 +135,7 @@ func TestTreeSlots(t *testing.T) {
 func TestTreeLogProbTensorBFloat16(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	m := newTestModel(t, testConfig(), Options{DType: "bfloat16"})
-	for _, w := range m.Weights() {
-		torch.InPlace(w.Tensor, func() error { return w.Tensor.RequiresGrad_(true) })
-	}
+	m := newTrainableModel(t, testConfig(), Options{DType: "bfloat16"})
 	defer torch.SetGrad(torch.SetGrad(true))
 	pairs := treeCases(rand.New(rand.NewPCG(5, 6)), 97)
 	cfg := ScoreConfig{Entropy: true}
