@@ -53,16 +53,7 @@ func newMicroFixture(tb testing.TB, preset string, layers, turns int) *microFixt
 	rng := rand.New(rand.NewPCG(1, 1))
 	lengths := make([]int, turns)
 	for i := range turns {
-		s := &Sequence{}
-		for range 192 {
-			s.Context = append(s.Context, rng.Int64N(int64(cfg.VocabSize)))
-		}
-		for range 64 {
-			s.Response = append(s.Response, rng.Int64N(int64(cfg.VocabSize)))
-			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
-			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
-			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
-		}
+		s := randomSequence(rng, 192, 64, cfg.VocabSize)
 		f.batch, lengths[i] = append(f.batch, s), len(s.Response)
 	}
 	if f.div, err = Divisor(f.step.Objective.Agg, lengths); err != nil {

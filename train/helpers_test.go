@@ -2,6 +2,7 @@ package train
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/mempo/mempo/model/torch"
@@ -11,6 +12,34 @@ import (
 
 // liveTensors counts live tensors and raw handles (torch.Live).
 func liveTensors() int { return torch.Live() }
+
+// randomSequence is a training sequence of random ids below vocab: context tokens,
+// then response tokens, each with an old and a reference log-prob near -8 and an
+// advantage ~ N(0, 1).
+func randomSequence(rng *rand.Rand, context, response, vocab int) *Sequence {
+	s := &Sequence{Context: randomIDs(rng, context, vocab)}
+	addResponse(rng, s, response, vocab)
+	return s
+}
+
+// randomIDs is n random ids below vocab.
+func randomIDs(rng *rand.Rand, n, vocab int) []int64 {
+	out := make([]int64, 0, n)
+	for range n {
+		out = append(out, rng.Int64N(int64(vocab)))
+	}
+	return out
+}
+
+// addResponse appends n random response tokens to s, as randomSequence draws them.
+func addResponse(rng *rand.Rand, s *Sequence, n, vocab int) {
+	for range n {
+		s.Response = append(s.Response, rng.Int64N(int64(vocab)))
+		s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
+		s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
+		s.Adv = append(s.Adv, float32(rng.NormFloat64()))
+	}
+}
 
 // checkLeaks fails t unless the live tensor count is back at base when t ends.
 func checkLeaks(t *testing.T) {

@@ -53,42 +53,30 @@ func (c memoryCase) config(t testing.TB) qwen2.Config {
 	return cfg
 }
 
-// estimate is EstimateMemory of the case's step.
+// estimate is EstimateMemory of the case's step: of its batch as the tree pass runs
+// it when the turns share a prompt.
 func (c memoryCase) estimate(t testing.TB) Memory {
+	cfg := c.config(t)
 	pass := Pass{Scored: c.turns * c.response}
-	for _, s := range c.batch(c.config(t).VocabSize) {
-		pass.Lengths = append(pass.Lengths, s.Len())
+	var pairs []qwen2.Pair
+	for _, s := range c.batch(cfg.VocabSize) {
+		pass.Lengths, pairs = append(pass.Lengths, s.Len()), append(pairs, s.Pair())
 	}
 	if c.prompt > 0 {
-		pairs := make([]qwen2.Pair, 0, c.turns)
-		for _, s := range c.batch(c.config(t).VocabSize) {
-			pairs = append(pairs, s.Pair())
-		}
 		pass.Lengths, pass.Keys = qwen2.TreeShape(pairs)
 	}
-	return PlanMemory(c.config(t), Shape{Entropy: true, GradCheckpoint: c.checkpoint}, []Pass{pass})
+	return PlanMemory(cfg, Shape{Entropy: true, GradCheckpoint: c.checkpoint}, []Pass{pass})
 }
 
-// batch is the case's micro-batch: random tokens after the shared prompt, and old and
-// reference log-probs near -8.
+// batch is the case's micro-batch: random sequences (randomSequence), each after the
+// shared prompt.
 func (c memoryCase) batch(vocab int) []*Sequence {
 	rng := rand.New(rand.NewPCG(1, 1))
-	var prompt []int64
-	for range c.prompt {
-		prompt = append(prompt, rng.Int64N(int64(vocab)))
-	}
+	prompt := randomIDs(rng, c.prompt, vocab)
 	var out []*Sequence
 	for range c.turns {
-		s := &Sequence{Context: slices.Clone(prompt)}
-		for range c.context {
-			s.Context = append(s.Context, rng.Int64N(int64(vocab)))
-		}
-		for range c.response {
-			s.Response = append(s.Response, rng.Int64N(int64(vocab)))
-			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
-			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
-			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
-		}
+		s := randomSequence(rng, c.context, c.response, vocab)
+		s.Context = append(slices.Clone(prompt), s.Context...)
 		out = append(out, s)
 	}
 	return out

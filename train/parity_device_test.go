@@ -107,16 +107,8 @@ func paritySteps(t *testing.T, c qwen2.Config, dev, dtype string, lr float64) st
 	var batch []*Sequence
 	var lengths []int
 	for range 4 {
-		s := &Sequence{}
-		for range 24 + rng.IntN(9) {
-			s.Context = append(s.Context, rng.Int64N(int64(c.VocabSize)))
-		}
-		for range 12 + rng.IntN(9) {
-			s.Response = append(s.Response, rng.Int64N(int64(c.VocabSize)))
-			s.Old = append(s.Old, -8+float32(rng.NormFloat64())*0.1)
-			s.Ref = append(s.Ref, -8+float32(rng.NormFloat64())*0.1)
-			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
-		}
+		s := &Sequence{Context: randomIDs(rng, 24+rng.IntN(9), c.VocabSize)}
+		addResponse(rng, s, 12+rng.IntN(9), c.VocabSize)
 		batch, lengths = append(batch, s), append(lengths, len(s.Response))
 	}
 	div, err := Divisor(DefaultObjective.Agg, lengths)
