@@ -23,18 +23,8 @@ func benchParams(b *testing.B, preset string, layers int, dtype string) ([]Param
 	if layers > 0 {
 		cfg.NumLayers, cfg.MaxWindowLayers = layers, layers
 	}
-	m, err := qwen2.New(cfg, qwen2.Options{DType: dtype})
-	if err != nil {
-		b.Fatal(err)
-	}
+	m, ps := initModel(b, cfg, qwen2.Options{DType: dtype})
 	b.Cleanup(m.Drop)
-	if err := m.Init(1); err != nil {
-		b.Fatal(err)
-	}
-	ps, err := Trainable(m)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var n int64
 	for _, p := range ps {
 		n += int64(p.T.Numel())

@@ -32,18 +32,8 @@ func newMicroFixture(tb testing.TB, preset string, layers, turns int) *microFixt
 	if layers > 0 {
 		cfg.NumLayers, cfg.MaxWindowLayers = layers, layers
 	}
-	m, err := qwen2.New(cfg, qwen2.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	m, ps := initModel(tb, cfg, qwen2.Options{})
 	tb.Cleanup(m.Drop)
-	if err := m.Init(1); err != nil {
-		tb.Fatal(err)
-	}
-	ps, err := Trainable(m)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	adam, err := NewAdamW(ps, DefaultAdamW)
 	if err != nil {
 		tb.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -12,6 +13,26 @@ import (
 
 // liveTensors counts live tensors and raw handles (torch.Live).
 func liveTensors() int { return torch.Live() }
+
+// initModel builds a model of c with opt, initialised with seed 1, and lists its
+// trainable parameters; the caller drops the model.
+func initModel(tb testing.TB, c qwen2.Config, opt qwen2.Options) (*qwen2.Model, []Param) {
+	tb.Helper()
+	m, err := qwen2.New(c, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	err = m.Init(1)
+	var ps []Param
+	if err == nil {
+		ps, err = Trainable(m)
+	}
+	if err != nil {
+		m.Drop()
+		tb.Fatal(err)
+	}
+	return m, ps
+}
 
 // randomSequence is a training sequence of random ids below vocab: context tokens,
 // then response tokens, each with an old and a reference log-prob near -8 and an

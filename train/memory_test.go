@@ -139,18 +139,8 @@ func TestMemoryChild(t *testing.T) {
 	torch.BoundHeap() // as the training stages run
 	base, _ := procstat.KB("VmRSS")
 	cfg := c.config(t)
-	m, err := qwen2.New(cfg, qwen2.Options{DType: c.dtype})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, ps := initModel(t, cfg, qwen2.Options{DType: c.dtype})
 	defer m.Drop()
-	if err := m.Init(1); err != nil {
-		t.Fatal(err)
-	}
-	ps, err := Trainable(m)
-	if err != nil {
-		t.Fatal(err)
-	}
 	adam, err := NewAdamW(ps, DefaultAdamW)
 	if err != nil {
 		t.Fatal(err)

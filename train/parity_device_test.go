@@ -83,18 +83,8 @@ type stepResult struct {
 // paritySteps builds the model (seed 1) on dev in dtype, runs one update step with
 // AdamW at lr, and copies the results to the host.
 func paritySteps(t *testing.T, c qwen2.Config, dev, dtype string, lr float64) stepResult {
-	m, err := qwen2.New(c, qwen2.Options{Device: dev, DType: dtype})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, ps := initModel(t, c, qwen2.Options{Device: dev, DType: dtype})
 	defer m.Drop()
-	if err := m.Init(1); err != nil {
-		t.Fatal(err)
-	}
-	ps, err := Trainable(m)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := DefaultAdamW
 	cfg.LR = lr
 	adam, err := NewAdamW(ps, cfg)
