@@ -1,6 +1,8 @@
 package pipelines
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +89,30 @@ func TestPipeline(t *testing.T) {
 		}
 	}
 
+	// The update scores what the upstream stages really wrote through tree passes over
+	// shared prefixes (the default). Its first mini-batch runs the policy the log-prob
+	// stage scored, so the new log-probs equal the old ones (ppo_kl ≈ 0), and its mean
+	// entropy equals the unshared pass's. (The weights are no check here: the tiny
+	// run's advantages are zero, and AdamW scales the rounding-level gradient up.)
+	iter := filepath.Join(run, "mempo", "iter-1")
+	unshared := filepath.Join(dir, "unshared")
+	cmd := exec.Command(filepath.Join(bin, "mempo-update"), "--share-prefixes=false",
+		"--policy", filepath.Join(run, "sft"), "--ref", filepath.Join(run, "sft"),
+		"--rollouts", filepath.Join(iter, "rollouts"), "--logprobs", filepath.Join(iter, "logprobs"),
+		"--advantages", filepath.Join(iter, "advantages"), "--seed", "1001",
+		"--lr", "1e-4", "--mini-batches", "1", "--threads", "1", "--progress", "none", "--out", unshared)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mempo-update --share-prefixes=false: %v\n%s", err, out)
+	}
+	shared, plain := firstStep(t, filepath.Join(iter, "policy")), firstStep(t, unshared)
+	if math.Abs(shared.PPOKL) > 1e-6 {
+		t.Errorf("mempo iter-1 update: ppo_kl %g on its first mini-batch, want |ppo_kl| <= 1e-6 (the log-prob stage's values)", shared.PPOKL)
+	}
+	if d := math.Abs(shared.Entropy-plain.Entropy) / plain.Entropy; !(d <= 1e-5) {
+		t.Errorf("mempo iter-1 update: mean entropy %v with shared prefixes, %v without: %.3g relative, want <= 1e-5",
+			shared.Entropy, plain.Entropy, d)
+	}
+
 	if out := make("run"); strings.Contains(out, bin) {
 		t.Errorf("second make ran stages, want nothing to do:\n%s", out)
 	}
@@ -107,6 +133,23 @@ func TestPipeline(t *testing.T) {
 	if regexp.MustCompile(`--out \S*/grpo/`).MatchString(out) {
 		t.Errorf("deleting mempo's advantages reran grpo stages:\n%s", out)
 	}
+}
+
+// firstStep reads the first mini-batch's figures from the update checkpoint in dir.
+func firstStep(t *testing.T, dir string) (m struct {
+	PPOKL   float64 `json:"ppo_kl"`
+	Entropy float64 `json:"entropy"`
+}) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "_metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	if err := json.Unmarshal([]byte(first), &m); err != nil {
+		t.Fatalf("%s/_metrics.jsonl: %v", dir, err)
+	}
+	return m
 }
 
 // TestExperiment runs pipelines/experiment.mk on a toy size — two variants × two seeds ×
