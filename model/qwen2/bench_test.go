@@ -2,6 +2,7 @@ package qwen2
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -137,6 +138,53 @@ func benchDecode(b *testing.B, m *Model, batch int) {
 	if best > prefill { // else the prefill was timed under more load than the best iteration
 		b.ReportMetric(float64(batch*(newTokens-1))/(best-prefill).Seconds(), "decode-tokens/s")
 	}
+}
+
+// BenchmarkGenerateSharedPrompts decodes an agent's batch on the tiny preset at one
+// thread: 8 questions × 8 samples behind one 53-token system prompt, each question 20
+// random tokens (seed 4), at the first turn (the samples' prompts identical) and at a
+// later one (each sample's own 150-token memory and observation after the question),
+// 32 new tokens a row (T=1). It reports each turn's fastest Generate with the prefill
+// sharing prompt prefixes and without, and their ratio, shared-speedup.
+func BenchmarkGenerateSharedPrompts(b *testing.B) {
+	torchtest.ForThreads(b, []int{1}, func(b *testing.B) {
+		m := benchModel(b, "tiny", 0)
+		rng := rand.New(rand.NewPCG(4, 4))
+		system := randomTokens(rng, 53, m.Config.VocabSize)
+		for _, turn := range []struct {
+			name string
+			own  int
+		}{{"first-turn", 0}, {"later-turn", 150}} {
+			var reqs []Request
+			for range 8 {
+				question := randomTokens(rng, 20, m.Config.VocabSize)
+				for range 8 {
+					p := slices.Concat(system, question, randomTokens(rng, turn.own, m.Config.VocabSize))
+					reqs = append(reqs, Request{Prompt: p, Seed: uint64(len(reqs))})
+				}
+			}
+			b.Run(turn.name, func(b *testing.B) {
+				cfg := sample.Config{Temperature: 1, MaxNewTokens: 32}
+				var best [2]time.Duration
+				for b.Loop() {
+					for i, share := range []bool{false, true} {
+						sharePrompts = share
+						start := time.Now()
+						if _, err := m.Generate(reqs, cfg); err != nil {
+							b.Fatal(err)
+						}
+						if d := time.Since(start); best[i] == 0 || d < best[i] {
+							best[i] = d
+						}
+					}
+				}
+				sharePrompts = true
+				b.ReportMetric(float64(best[0].Microseconds())/1e3, "unshared-ms")
+				b.ReportMetric(float64(best[1].Microseconds())/1e3, "shared-ms")
+				b.ReportMetric(best[0].Seconds()/best[1].Seconds(), "shared-speedup")
+			})
+		}
+	})
 }
 
 // BenchmarkLogProbsTiny scores 16 random pairs (seed 3) of 64 context and 64

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/mempo/mempo/model/sample"
@@ -55,7 +56,6 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	width := 0
 	for i, r := range reqs {
 		if len(r.Prompt) == 0 {
 			return nil, fmt.Errorf("generate: request %d: empty prompt", i)
@@ -66,7 +66,6 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		if err := m.Config.checkTokens(r.Prompt); err != nil {
 			return nil, fmt.Errorf("generate: request %d: %w", i, err)
 		}
-		width = max(width, len(r.Prompt))
 	}
 	defer torch.Catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
 	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
@@ -81,14 +80,9 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		rngs[i] = sample.NewRNG(r.Seed)
 	}
 	active := make([]int, len(reqs)) // active[row] = request index
-	tokens := make([][]int64, len(reqs))
-	start := make([]int, len(reqs))
-	for i, r := range reqs {
+	for i := range reqs {
 		active[i] = i
-		tokens[i] = r.Prompt
 	}
-	cache := m.NewCache(len(reqs), width+cfg.MaxNewTokens)
-	defer cache.Drop()
 	// Rows are sampled in parallel, one sampler per worker: a row's draw depends only
 	// on its logits and its own stream, so the split does not change any token.
 	samps := make([]*sample.Sampler, min(runtime.GOMAXPROCS(0), len(reqs)))
@@ -99,7 +93,8 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	picks := make([]pick, len(reqs))
 	fs := m.fuse()
 	defer freeFused(fs)
-	var valid [][]bool
+	cache, tokens, start, valid := m.prefillTrunks(reqs, cfg.MaxNewTokens, fs)
+	defer cache.Drop()
 	for len(active) > 0 {
 		b := NewBatch(tokens, start, valid, cache.Len())
 		valid = b.Valid
@@ -140,6 +135,126 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		active, valid = nextActive, nextValid
 	}
 	return out, nil
+}
+
+// sharePrompts switches prefillTrunks' sharing; a variable so a benchmark can time the
+// prefill without it.
+var sharePrompts = true
+
+// prefillTrunks starts the decode of reqs: it runs the prompts' shared prefixes
+// (paddedTrunks) once each into a cache, copies each trunk's keys and values into the
+// rows of the prompts that share it, and returns that cache, with room for maxNew
+// tokens after the longest prompt, and the first batch's rows: each prompt's tokens
+// after its trunk, their first position and the trunk slots the row holds. The
+// samples of one prompt share all of it but the last token, and later turns of an
+// agent share the system prompt and the question, so a shared token is computed once
+// instead of once per row. Without shared prefixes the cache starts empty and the
+// rows are the whole prompts.
+func (m *Model) prefillTrunks(reqs []Request, maxNew int, fs []fused) (cache *Cache, tokens [][]int64, start []int, valid [][]bool) {
+	tokens = make([][]int64, len(reqs))
+	width := 0
+	for i, r := range reqs {
+		tokens[i] = r.Prompt
+		width = max(width, len(r.Prompt))
+	}
+	start = make([]int, len(reqs))
+	trunks, of := paddedTrunks(tokens)
+	if len(trunks) == 0 || !sharePrompts {
+		return m.NewCache(len(reqs), width+maxNew), tokens, start, nil
+	}
+	tb := NewBatch(trunks, make([]int, len(trunks)), nil, 0)
+	tc := m.NewCache(len(trunks), tb.Width)
+	defer tc.Drop()
+	ids, pos, bias := m.inputs(tb)
+	h := m.hidden(ids, pos, bias, tc, fs)
+	torch.Free(ids, pos, bias, h)
+	rows := make([]int64, len(reqs)) // a row without a trunk copies trunk 0's, all hidden
+	valid = make([][]bool, len(reqs))
+	rest := 0
+	for i, t := range of {
+		valid[i] = make([]bool, tb.Width)
+		if t >= 0 {
+			rows[i], start[i] = int64(t), len(trunks[t])
+			copy(valid[i], tb.Valid[t])
+			tokens[i] = tokens[i][start[i]:]
+		}
+		rest = max(rest, len(tokens[i]))
+	}
+	return tc.copyRows(rows, tb.Width, tb.Width+rest+maxNew), tokens, start, valid
+}
+
+// paddedTrunks groups prompts for a right-padded prefill, which computes the trunks'
+// rows and then every prompt's row as wide as the widest rest: it cuts all trunks at
+// one length c, the one of the fewest slots (trunks·c + prompts·widest rest), among the
+// lengths neighbours in sorted order share and one less. Prompts longer than c whose
+// first c tokens agree share a trunk of them; of[i] is prompt i's trunk, -1 for none.
+// No trunks when sharing saves nothing. A deeper trunk that few prompts share (two
+// samples that searched alike) would save a padded batch nothing while other rows
+// stay wide; the prefix every sample of a prompt shares does.
+func paddedTrunks(prompts [][]int64) (trunks [][]int64, of []int) {
+	order, lcp := sortedPrefixes(prompts)
+	widest := 0
+	for _, p := range prompts {
+		widest = max(widest, len(p))
+	}
+	best, cut := len(prompts)*widest, 0
+	for _, v := range lcp {
+		for _, c := range []int{v, v - 1} {
+			if c <= 0 {
+				continue
+			}
+			run, n := cutRuns(prompts, order, lcp, c)
+			rest := 0
+			for i, p := range prompts {
+				if run[i] >= 0 {
+					rest = max(rest, len(p)-c)
+				} else {
+					rest = max(rest, len(p))
+				}
+			}
+			if slots := n*c + len(prompts)*rest; slots < best {
+				best, cut = slots, c
+			}
+		}
+	}
+	if cut == 0 {
+		return nil, slices.Repeat([]int{-1}, len(prompts))
+	}
+	of, n := cutRuns(prompts, order, lcp, cut)
+	trunks = make([][]int64, n)
+	for i, t := range of {
+		if t >= 0 {
+			trunks[t] = prompts[i][:cut]
+		}
+	}
+	return trunks, of
+}
+
+// cutRuns numbers the groups of at least two prompts longer than c that share their
+// first c tokens, in sorted order (order, lcp from sortedPrefixes): run[i] is prompt
+// i's group, -1 for none, and n the number of groups.
+func cutRuns(prompts [][]int64, order, lcp []int, c int) (run []int, n int) {
+	run = slices.Repeat([]int{-1}, len(prompts))
+	for lo := 0; lo < len(order); {
+		hi := lo + 1 // order[lo:hi] share c tokens
+		for hi < len(order) && lcp[hi-1] >= c {
+			hi++
+		}
+		var members []int
+		for _, i := range order[lo:hi] {
+			if len(prompts[i]) > c {
+				members = append(members, i)
+			}
+		}
+		if len(members) >= 2 {
+			for _, i := range members {
+				run[i] = n
+			}
+			n++
+		}
+		lo = hi
+	}
+	return run, n
 }
 
 // pick is one sampled token and its log-probability.

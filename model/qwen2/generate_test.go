@@ -70,6 +70,90 @@ func TestBatchIndependence(t *testing.T) {
 	t.Logf("request 0 logits alone vs batch of %d: max |Δ| = %g", len(reqs), maxAbsDiff(a, b))
 }
 
+// sharedRequests is an agent's batch: 3 questions × 4 samples behind one 9-token
+// system prompt, each question's samples either all at its first turn (identical
+// prompts) or later with a memory and observation of their own; seeds differ per
+// request.
+func sharedRequests() []Request {
+	rng := rand.New(rand.NewPCG(8, 9))
+	system := randomTokens(rng, 9, 97)
+	var out []Request
+	for q := range 3 {
+		question := randomTokens(rng, 2+3*q, 97)
+		for s := range 4 {
+			p := slices.Concat(system, question)
+			if q > 0 {
+				p = append(p, randomTokens(rng, 1+rng.IntN(6), 97)...)
+			}
+			out = append(out, Request{Prompt: p, Seed: uint64(200 + 4*q + s)})
+		}
+	}
+	return out
+}
+
+// TestGenerateSharedPrefixes decodes requests that share prompt prefixes (the prefill
+// runs each shared trunk once) and each request alone (no trunk): tokens identical and
+// sampling log-probs within 1e-5. A trunk slot visible to the wrong row, or a branch at
+// the wrong position, changes the logits far beyond that.
+func TestGenerateSharedPrefixes(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	reqs := sharedRequests()
+	var prompts [][]int64
+	for _, r := range reqs {
+		prompts = append(prompts, r.Prompt)
+	}
+	if trunks, _ := paddedTrunks(prompts); len(trunks) == 0 {
+		t.Fatal("the fixture shares no prefix: the test would not exercise the trunks")
+	}
+	for _, cfg := range []sample.Config{{Temperature: 1, MaxNewTokens: 12}, {MaxNewTokens: 12}} {
+		got := generate(t, m, reqs, cfg)
+		for i, r := range reqs {
+			alone := generate(t, m, []Request{r}, cfg)[0]
+			if diff := cmp.Diff(alone.Tokens, got[i].Tokens); diff != "" {
+				t.Errorf("T=%g request %d tokens (-alone +shared):\n%s", cfg.Temperature, i, diff)
+			}
+			if d := maxAbsDiff(alone.LogProbs, got[i].LogProbs); d > 1e-5 {
+				t.Errorf("T=%g request %d: max |Δlogprob| = %g, want <= 1e-5", cfg.Temperature, i, d)
+			}
+		}
+	}
+}
+
+// TestPaddedTrunks checks the prefill's grouping: identical prompts share all but
+// their last token, one cut serves every group, a deep prefix two prompts share is
+// not worth a wider trunk, and nothing is shared when it saves no slots.
+func TestPaddedTrunks(t *testing.T) {
+	seq := func(xs ...int64) []int64 { return xs }
+	cases := []struct {
+		name    string
+		prompts [][]int64
+		trunks  [][]int64
+		of      []int
+	}{
+		{"identical", [][]int64{seq(1, 2, 3, 4), seq(1, 2, 3, 4), seq(1, 2, 3, 4)},
+			[][]int64{seq(1, 2, 3)}, []int{0, 0, 0}},
+		{"two questions", [][]int64{seq(1, 2, 5, 6, 7), seq(1, 2, 3, 4), seq(1, 2, 5, 6, 8), seq(1, 2, 3, 4)},
+			// cut at 3: trunk (1 2 3) for the second question, (1 2 5) for the first
+			[][]int64{seq(1, 2, 3), seq(1, 2, 5)}, []int{1, 0, 1, 0}},
+		{"deep pair", [][]int64{seq(1, 2, 3, 4, 5, 6, 7, 8), seq(1, 2, 3, 4, 5, 6, 7, 9), seq(1, 2, 9, 9, 9, 9, 9, 9), seq(1, 2, 8, 8, 8, 8, 8, 8)},
+			[][]int64{seq(1, 2)}, []int{0, 0, 0, 0}},
+		{"nothing shared", [][]int64{seq(1, 2), seq(3, 4), seq(1, 5)}, nil, []int{-1, -1, -1}},
+		{"one prompt", [][]int64{seq(1, 2, 3)}, nil, []int{-1}},
+		{"a prompt the others extend", [][]int64{seq(1, 2, 3, 4), seq(1, 2, 3, 4, 5), seq(1, 2, 3, 4, 6), seq(1, 2, 3, 4, 7)},
+			// a trunk of 4 leaves the first prompt whole (4 + 4·4 slots); one of 3 serves all
+			[][]int64{seq(1, 2, 3)}, []int{0, 0, 0, 0}},
+	}
+	for _, c := range cases {
+		trunks, of := paddedTrunks(c.prompts)
+		if diff := cmp.Diff(c.trunks, trunks); diff != "" {
+			t.Errorf("%s: trunks (-want +got):\n%s", c.name, diff)
+		}
+		if diff := cmp.Diff(c.of, of); diff != "" {
+			t.Errorf("%s: of (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
 // TestSamplingLogProbsMatchScoring compares the log-probs recorded while decoding
 // through the KV cache with LogProbs over (prompt, completion) in one forward pass.
 // Tolerance 1e-4: different reduction orders in float32.

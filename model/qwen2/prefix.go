@@ -72,20 +72,7 @@ func prefixRuns(seqs [][]int64) (runs [][]int, shared []int) {
 	if len(seqs) == 0 {
 		return nil, nil
 	}
-	order := make([]int, len(seqs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return slices.Compare(seqs[a], seqs[b]) })
-	lcp := make([]int, len(order)-1) // lcp[k]: shared prefix of sorted seqs k and k+1
-	for k := range lcp {
-		a, b := seqs[order[k]], seqs[order[k+1]]
-		n := 0
-		for n < len(a) && n < len(b) && a[n] == b[n] {
-			n++
-		}
-		lcp[k] = n
-	}
+	order, lcp := sortedPrefixes(seqs)
 	_, groups := bestSplit(lcp, 0, len(order)-1)
 	for _, g := range groups {
 		n := len(seqs[order[g[0]]])
@@ -95,6 +82,26 @@ func prefixRuns(seqs [][]int64) (runs [][]int, shared []int) {
 		runs, shared = append(runs, order[g[0]:g[1]+1]), append(shared, n)
 	}
 	return runs, shared
+}
+
+// sortedPrefixes is the order of seqs sorted (ties in input order) and lcp[k], the
+// leading tokens sorted seqs k and k+1 share.
+func sortedPrefixes(seqs [][]int64) (order, lcp []int) {
+	order = make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return slices.Compare(seqs[a], seqs[b]) })
+	lcp = make([]int, max(len(order)-1, 0))
+	for k := range lcp {
+		a, b := seqs[order[k]], seqs[order[k+1]]
+		n := 0
+		for n < len(a) && n < len(b) && a[n] == b[n] {
+			n++
+		}
+		lcp[k] = n
+	}
+	return order, lcp
 }
 
 // bestSplit partitions sorted items lo..hi (inclusive), whose neighbours share lcp[k]
