@@ -115,6 +115,9 @@ func (s *Sampler) Pick(logits []float32, rng *rand.Rand) (int, float64) {
 			panic(fmt.Sprintf("sample: logit %d of %d is NaN", i, len(logits)))
 		}
 	}
+	if !greedy && s.whole(len(z)) {
+		return s.drawAll(z, z[best], rng)
+	}
 	lse := logSumExp(z, z[best])
 	if greedy {
 		return best, z[best] - lse
@@ -140,8 +143,38 @@ func (s *Sampler) Pick(logits []float32, rng *rand.Rand) (int, float64) {
 	return last, z[last] - lse
 }
 
-// candidates lists the tokens that survive top-k then top-p, most likely first
-// (ties by lower id); without truncation, all ids in id order. zmax is max(z). It
+// whole reports whether neither top-k nor top-p truncates a vocabulary of n tokens.
+func (s *Sampler) whole(n int) bool {
+	return (s.cfg.TopK == 0 || s.cfg.TopK >= n) && (s.cfg.TopP == 0 || s.cfg.TopP >= 1)
+}
+
+// drawAll is Pick's draw over the whole vocabulary of tempered logits z (max zmax):
+// one exponential per token serves both the normaliser (the same sum, in the same
+// order, as logSumExp) and the inverse-CDF draw over the unnormalised weights, which
+// picks what the normalised ones would up to rounding at a CDF boundary. Sampling
+// without truncation spent most of its time in those exponentials, twice per token.
+func (s *Sampler) drawAll(z []float64, zmax float64, rng *rand.Rand) (int, float64) {
+	s.p = grow(s.p, len(z))
+	total := 0.0
+	for i, v := range z {
+		e := math.Exp(v - zmax)
+		s.p[i] = e
+		total += e
+	}
+	lse := zmax + math.Log(total)
+	u := rng.Float64() * total
+	acc := 0.0
+	for i, e := range s.p {
+		acc += e
+		if acc > u {
+			return i, z[i] - lse
+		}
+	}
+	return len(z) - 1, z[len(z)-1] - lse
+}
+
+// candidates lists the tokens that survive top-k then top-p (one of them truncates:
+// see whole), most likely first (ties by lower id). zmax is max(z). It
 // sets s.p[i] = exp(z[i] - lse) for every candidate. The slice is reused by the
 // next call.
 func (s *Sampler) candidates(z []float64, zmax, lse float64) []int {
@@ -154,14 +187,6 @@ func (s *Sampler) candidates(z []float64, zmax, lse float64) []int {
 		p = 0
 	}
 	cand := s.cand[:0]
-	if k == 0 && p == 0 {
-		for i, v := range z {
-			cand = append(cand, i)
-			s.p[i] = math.Exp(v - lse)
-		}
-		s.cand = cand
-		return cand
-	}
 	// Sorting a 150k vocabulary per token would dominate decoding. The top-k set and
 	// the nucleus are prefixes of the sorted order, so sort only the tokens within
 	// delta of the maximum, widening delta until that prefix is long enough (k

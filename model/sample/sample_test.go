@@ -388,13 +388,19 @@ func TestPickMatchesReference(t *testing.T) {
 
 // BenchmarkPickTopP samples from a near-uniform 4096-token row at T=1, top-p 0.9,
 // the worst case of the tiny model's decode (almost every token is a candidate).
-func BenchmarkPickTopP(b *testing.B) {
+func BenchmarkPickTopP(b *testing.B) { benchPick(b, Config{Temperature: 1, TopP: 0.9, MaxNewTokens: 1}) }
+
+// BenchmarkPickWhole samples from the same row at T=0.5 without truncation, as the
+// demo's rollouts do.
+func BenchmarkPickWhole(b *testing.B) { benchPick(b, Config{Temperature: 0.5, MaxNewTokens: 1}) }
+
+func benchPick(b *testing.B, cfg Config) {
 	gen := rand.New(rand.NewPCG(1, 2))
 	l := make([]float32, 4096)
 	for i := range l {
 		l[i] = float32(gen.NormFloat64() * 0.1)
 	}
-	s, err := New(Config{Temperature: 1, TopP: 0.9, MaxNewTokens: 1})
+	s, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
