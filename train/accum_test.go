@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train/ppo"
 	"github.com/sugarme/gotch"
@@ -53,7 +54,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 			}
 			got := l.grad()
 			l.zeroGrad()
-			d := relDiff(got, want)
+			d := qwen2test.RelDiff(got, want)
 			t.Logf("relative gradient difference %.3g", d)
 			if d > 1e-6 {
 				t.Errorf("accumulated gradient differs from the full mini-batch's by %.3g relative, want <= 1e-6", d)
@@ -85,7 +86,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 				step(s[0], s[1], own)
 			}
 			naive := l.grad()
-			if d := relDiff(naive, want); d < 1e-3 {
+			if d := qwen2test.RelDiff(naive, want); d < 1e-3 {
 				t.Errorf("per-micro-batch normalisation differs by only %.3g; the fixture cannot tell the divisors apart", d)
 			}
 		})

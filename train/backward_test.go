@@ -9,6 +9,7 @@ import (
 
 	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/model/torch"
 )
 
@@ -143,7 +144,7 @@ func TestMicroAccumulatesIntoFlatGrads(t *testing.T) {
 	for i := range once {
 		once[i] *= 2
 	}
-	if d := relDiff(twice, once); d > 1e-6 {
+	if d := qwen2test.RelDiff(twice, once); d > 1e-6 {
 		t.Errorf("gradient after two passes differs from twice one pass's by %.3g relative, want <= 1e-6", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/model/torch"
 )
 
@@ -70,7 +71,7 @@ func TestGradCheckpointMatches(t *testing.T) {
 			}
 			worst := 0.0
 			for name, want := range plain {
-				d := relDiff(got[name], want)
+				d := qwen2test.RelDiff(got[name], want)
 				if !(d <= 1e-6) {
 					t.Errorf("%s: checkpointed gradient differs by %.3g relative, want <= 1e-6", name, d)
 				}

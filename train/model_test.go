@@ -124,12 +124,3 @@ func (e episode) micro(t *testing.T, l linear, lo, hi int, dt gotch.DType) (Micr
 	}
 	return mb, func() { torch.Drop(xt, tgt, mb.Logp, mb.Logits, mb.OldLogp, mb.RefLogp, mb.Adv, mb.Mask) }
 }
-
-func relDiff(a, b []float64) float64 {
-	var num, den float64
-	for i := range a {
-		num += (a[i] - b[i]) * (a[i] - b[i])
-		den += b[i] * b[i]
-	}
-	return math.Sqrt(num / den)
-}

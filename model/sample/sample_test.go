@@ -388,7 +388,9 @@ func TestPickMatchesReference(t *testing.T) {
 
 // BenchmarkPickTopP samples from a near-uniform 4096-token row at T=1, top-p 0.9,
 // the worst case of the tiny model's decode (almost every token is a candidate).
-func BenchmarkPickTopP(b *testing.B) { benchPick(b, Config{Temperature: 1, TopP: 0.9, MaxNewTokens: 1}) }
+func BenchmarkPickTopP(b *testing.B) {
+	benchPick(b, Config{Temperature: 1, TopP: 0.9, MaxNewTokens: 1})
+}
 
 // BenchmarkPickWhole samples from the same row at T=0.5 without truncation, as the
 // demo's rollouts do.

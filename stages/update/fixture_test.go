@@ -2,7 +2,6 @@ package update
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -205,15 +204,6 @@ func gradValues(t *testing.T, m *qwen2.Model) []float64 {
 		g.MustDrop()
 	}
 	return out
-}
-
-func relDiff(a, b []float64) float64 {
-	var num, den float64
-	for i := range a {
-		num += (a[i] - b[i]) * (a[i] - b[i])
-		den += b[i] * b[i]
-	}
-	return math.Sqrt(num / den)
 }
 
 // responseLogp is log π(response | context) of each turn under the checkpoint in dir.

@@ -9,25 +9,9 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/model/qwen2"
-	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train"
 )
-
-// weightValues loads the checkpoint in dir and returns every weight's values, in order.
-func weightValues(t *testing.T, dir string) []float64 {
-	t.Helper()
-	m, err := qwen2.Load(dir, qwen2.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Drop()
-	var out []float64
-	for _, w := range m.Weights() {
-		out = append(out, torch.Values(w.Tensor)...)
-	}
-	return out
-}
 
 // TestGradCheckpoint: an update with activation checkpointing writes the checkpoint the
 // plain update writes, to float32 rounding (relative L2 difference of the weights'
@@ -57,13 +41,13 @@ func TestGradCheckpoint(t *testing.T) {
 	if !strings.Contains(ckOut.String(), "grad checkpoint") {
 		t.Errorf("stdout %q: want the checkpointed estimate", ckOut.String())
 	}
-	before := weightValues(t, f.in.Policy)
-	want, got := weightValues(t, plain.Dir), weightValues(t, ck.Dir)
+	before := qwen2test.WeightValues(t, f.in.Policy)
+	want, got := qwen2test.WeightValues(t, plain.Dir), qwen2test.WeightValues(t, ck.Dir)
 	for i := range want {
 		want[i] -= before[i]
 		got[i] -= before[i]
 	}
-	if d := relDiff(got, want); !(d <= 1e-5) {
+	if d := qwen2test.RelDiff(got, want); !(d <= 1e-5) {
 		t.Errorf("weights' change with --grad-checkpoint differs by %.3g relative, want <= 1e-5", d)
 	} else {
 		t.Logf("weights' change differs by %.3g relative", d)

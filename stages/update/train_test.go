@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train"
 	"github.com/mempo/mempo/train/ppo"
 )
@@ -86,7 +87,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 			if n1 != 1 || n < 3 {
 				t.Fatalf("micro-batches: %d whole, %d split; want 1 and at least 3", n1, n)
 			}
-			d := relDiff(got, want)
+			d := qwen2test.RelDiff(got, want)
 			t.Logf("%d micro-batches: relative gradient difference %.3g", n, d)
 			if d > 1e-5 {
 				t.Errorf("accumulated gradient differs from the whole mini-batch's by %.3g relative, want <= 1e-5", d)
@@ -103,7 +104,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 				t.Errorf("no token clipped; the fixture should exercise the clip branch")
 			}
 			naive, _, _ := run(40, true)
-			if d := relDiff(naive, want); d < 1e-3 {
+			if d := qwen2test.RelDiff(naive, want); d < 1e-3 {
 				t.Errorf("per-micro-batch normalisation differs by only %.3g; the fixture cannot tell the divisors apart", d)
 			}
 			m.Drop()
