@@ -20,6 +20,10 @@ type NLLStep struct {
 	// GradCheckpoint recomputes the pass layer by layer in the backward pass
 	// (qwen2.Checkpointed) instead of keeping every layer's activations.
 	GradCheckpoint bool
+	// SharePrefixes runs a batch as a tree pass over the prefixes its sequences share
+	// (qwen2.TreeLogProbTensor), unless GradCheckpoint is set: with a context weight,
+	// every turn's system prompt is computed and scored once a batch.
+	SharePrefixes bool
 }
 
 // Backward runs one batch: the mean NLL of every response token of the batch (token
@@ -46,7 +50,7 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 		}
 		tokens += len(e.Response)
 	}
-	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint, false)
+	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint, t.SharePrefixes)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -54,6 +54,7 @@ func (s *sftCmd) flags() *app.Flags {
 		app.Int(&cfg.Epochs, cli.IntFlag{Name: "epochs", Category: "Training", Usage: "passes over the training turns, each reshuffled with --seed"}),
 		app.Int(&cfg.BatchTokens, cli.IntFlag{Name: "batch-tokens", Category: "Training", Usage: "rows × padded tokens of one optimizer step's batch"}),
 		app.Float64(&cfg.ContextLossWeight, cli.Float64Flag{Name: "context-loss-weight", Category: "Training", Usage: "weight of the context tokens' NLL (prompt, earlier turns, observations) next to the response's 1; 0 trains on responses only. A tiny model trained from scratch learns the corpus and copying from it faster with a small weight"}),
+		app.Bool(&cfg.SharePrefixes, cli.BoolFlag{Name: "share-prefixes", Category: "Training", Usage: "compute the prefixes a batch's turns share (the system prompt, a trajectory's question) once per pass, and with --context-loss-weight score them once, each score counting once per turn; gradients equal the unshared pass's to float rounding (not with --grad-checkpoint)"}),
 		// Config.Validate checks the schedule's name.
 		app.Enum(&cfg.Schedule, cli.StringFlag{Name: "schedule", Category: "Optimizer", Usage: "LR after warm-up: constant, or linear (decay to 0 at the last step)"}, nil),
 		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}).Check(app.AtLeast(&s.snapshotEvery, 0)),

@@ -34,6 +34,15 @@ func (m *Model) TreeLogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Te
 	}
 	defer torch.Catch(fmt.Sprintf("tree log-probs of %d pairs", len(pairs)), &err)
 	lp, ent = m.scoreHidden(m.treeHidden(tp), tp.at, tp.target, cfg)
+	if tp.expand != nil {
+		// A shared score's gradient sums over the pairs that read it.
+		idx := torch.FromHost(tp.expand, []int64{int64(len(tp.expand))}, m.device)
+		defer idx.MustDrop()
+		lp = torch.Must(lp.IndexSelect(0, idx, true))
+		if ent != nil {
+			ent = torch.Must(ent.IndexSelect(0, idx, true))
+		}
+	}
 	return lp, ent, nil
 }
 
@@ -47,9 +56,14 @@ type treePack struct {
 	past     int
 	pastSlot []int64
 	bias     []float32 // [branch rows, 1, branch width, past + branch width]
-	// at is the branch pass's flat slot predicting each response token, pair by pair,
-	// and target the token.
+	// at is the flat slot predicting each distinct scored token, target the token: in
+	// the branch pass's hidden states, or, when trunked, in the trunk pass's followed
+	// by the branch pass's. expand maps the response tokens, pair by pair, to those
+	// entries (nil when they are the same list): pairs sharing a trunk share the
+	// scores of the tokens in it.
 	at, target []int64
+	trunked    bool
+	expand     []int64
 }
 
 // TreeSlots is the token slots of the tree pass over pairs, the trunk pass's and the
@@ -134,42 +148,46 @@ func TreeBatches(idx []int, pair func(int) Pair, budget int) [][]int {
 	return out
 }
 
-// sharedBranch is one pair's branch: the rest of its context after its trunk, at
-// least one token, and its response.
+// sharedBranch is one pair's branch: its tokens after its trunk, at least one.
 type sharedBranch struct {
 	pair   int // index into the pairs
 	trunk  int // index into the trunks, -1 for none
-	shared int // context tokens in the trunk
+	shared int // tokens in the trunk
 }
 
-// ids is the branch's tokens: context[shared:] + response of its pair p.
-func (b sharedBranch) ids(p Pair) []int64 { return slices.Concat(p.Context[b.shared:], p.Response) }
+// ids is the branch's tokens: context + response of its pair p after the trunk.
+func (b sharedBranch) ids(p Pair) []int64 { return p.tokens()[b.shared:] }
 
-// treeSplit groups the pairs with a response over their shared context prefixes
-// (prefixRuns) into trunks and branches. A group of one pair keeps its whole
-// sequence as its branch, and a trunk stops one token short of its shortest context,
-// so the token predicting each pair's first response token is in its branch.
+// tokens is the pair's context and response as one sequence.
+func (p Pair) tokens() []int64 { return slices.Concat(p.Context, p.Response) }
+
+// treeSplit groups the pairs with a response over the prefixes their sequences,
+// context and response, share (prefixRuns) into trunks and branches. A group of one
+// pair keeps its whole sequence as its branch, and a trunk stops one token short of
+// its shortest sequence, so every branch holds a token. A trunk covers the scored
+// tokens its pairs share too: turns trained on their context (SFT's context loss)
+// share a system prompt, and samples may share a response's opening.
 func treeSplit(pairs []Pair) (trunks [][]int64, branches []sharedBranch) {
-	var contexts [][]int64
+	var seqs [][]int64
 	var scored []int
 	for i, p := range pairs {
 		if len(p.Response) > 0 {
-			contexts, scored = append(contexts, p.Context), append(scored, i)
+			seqs, scored = append(seqs, p.tokens()), append(scored, i)
 		}
 	}
-	runs, shared := prefixRuns(contexts)
+	runs, shared := prefixRuns(seqs)
 	for g, run := range runs {
 		n := shared[g]
 		if len(run) == 1 {
 			n = 0
 		}
 		for _, k := range run {
-			n = min(n, len(contexts[k])-1)
+			n = min(n, len(seqs[k])-1)
 		}
 		t := -1
 		if n > 0 {
 			t = len(trunks)
-			trunks = append(trunks, contexts[run[0]][:n])
+			trunks = append(trunks, seqs[run[0]][:n])
 		}
 		for _, k := range run {
 			branches = append(branches, sharedBranch{pair: scored[k], trunk: t, shared: n})
@@ -217,25 +235,59 @@ func packTrees(pairs []Pair) (tp treePack, ok bool) {
 			tp.branch.pos[tp.branch.slot[i]+j] += int64(b.shared)
 		}
 	}
-	// Responses in pair order, as LogProbTensor returns them.
-	order := make([]int, len(pairs))
-	for i := range order {
-		order[i] = -1
+	tp.score(pairs, branches)
+	return tp, true
+}
+
+// score sets where each response token is predicted, in pair order as LogProbTensor
+// returns them: token q of a sequence is predicted at position q-1, in its trunk's
+// row when that position is in the trunk, else in its branch.
+func (tp *treePack) score(pairs []Pair, branches []sharedBranch) {
+	of := make([]int, len(pairs)) // the pair's branch, -1 for none
+	for i := range of {
+		of[i] = -1
 	}
 	for i, b := range branches {
-		order[b.pair] = i
+		of[b.pair] = i
 	}
-	for _, i := range order {
+	type scored struct {
+		trunk      bool
+		at, target int64
+	}
+	var all []scored
+	for _, i := range of {
 		if i < 0 {
 			continue
 		}
-		rest := len(pairs[branches[i].pair].Context) - branches[i].shared
-		for j, tok := range seqs[i][rest:] {
-			tp.at = append(tp.at, int64(tp.branch.slot[i]+rest-1+j))
-			tp.target = append(tp.target, tok)
+		b, p := branches[i], pairs[branches[i].pair]
+		for j, tok := range p.Response {
+			q := len(p.Context) + j - 1
+			if q < b.shared {
+				all = append(all, scored{true, int64(tp.trunk.slot[b.trunk] + q), tok})
+				tp.trunked = true
+			} else {
+				all = append(all, scored{false, int64(tp.branch.slot[i] + q - b.shared), tok})
+			}
 		}
 	}
-	return tp, true
+	trunkSlots := int64(tp.trunk.rows * tp.trunk.width)
+	index := map[scored]int64{}
+	for _, s := range all {
+		k, seen := index[s]
+		if !seen {
+			k = int64(len(tp.at))
+			index[s] = k
+			at := s.at
+			if tp.trunked && !s.trunk {
+				at += trunkSlots
+			}
+			tp.at, tp.target = append(tp.at, at), append(tp.target, s.target)
+		}
+		tp.expand = append(tp.expand, k)
+	}
+	if len(tp.at) == len(all) {
+		tp.expand = nil
+	}
 }
 
 // branchBias is the branch pass's additive mask: a query of a branch reads its
@@ -273,9 +325,10 @@ func (tp *treePack) branchBias(branches []sharedBranch, seqs, trunks [][]int64) 
 
 // treeHidden runs the tree pass: layer by layer, the trunks' forward and then the
 // branches', whose attention prepends each row's past, gathered from the trunks'
-// keys and values of that layer. It returns the branches' final hidden states
-// [branch rows, branch width, hidden]. The last layer computes only the trunks' keys
-// and values: nothing reads the trunks' outputs.
+// keys and values of that layer. It returns the final hidden states the scores read:
+// the branches' [branch rows, branch width, hidden], or, when the trunks hold scored
+// positions, the trunks' and then the branches' as [slots, hidden]. Otherwise the last
+// layer computes only the trunks' keys and values: nothing reads their outputs.
 func (m *Model) treeHidden(tp treePack) torch.Raw {
 	pa, ida := m.treeInputs(tp.trunk, 0, tp.trunk.bias())
 	defer pa.free()
@@ -288,7 +341,7 @@ func (m *Model) treeHidden(tp treePack) torch.Raw {
 	last := len(m.Layers) - 1
 	for i, l := range m.Layers {
 		kv := &sharedKV{slots: slots, rows: pb.b, past: int64(tp.past)}
-		if i < last {
+		if i < last || tp.trunked {
 			next := l.forward(ha, pa, kv, nil)
 			ha.Free()
 			ha = next
@@ -301,7 +354,16 @@ func (m *Model) treeHidden(tp treePack) torch.Raw {
 		hb = next
 	}
 	defer hb.Free()
-	return m.Norm.forward(hb, pb)
+	if !tp.trunked {
+		return m.Norm.forward(hb, pb)
+	}
+	defer ha.Free()
+	hidden := int64(m.Config.HiddenSize)
+	fa, fb := ha.Reshape(-1, hidden), hb.Reshape(-1, hidden)
+	both := torch.RawCat([]torch.Raw{fa, fb}, 0)
+	torch.Free(fa, fb)
+	defer both.Free()
+	return m.Norm.forward(both, pb)
 }
 
 // treeInputs is the pass of one side of a tree pass, with past key slots before each

@@ -34,19 +34,58 @@ func treeCases(rng *rand.Rand, vocab int) []Pair {
 	return pairs
 }
 
+// sftCases are turns as SFT trains them with a context loss: one token of context and
+// everything after it scored, so trunks hold scored tokens. A system prompt runs
+// through all, a question through each trajectory's turns, some turns share the
+// opening of their rest, one sequence is its trunk and one token, and one stands
+// alone.
+func sftCases(rng *rand.Rand, vocab int) []Pair {
+	system := randomTokens(rng, 6, vocab)
+	var pairs []Pair
+	for range 3 {
+		question := randomTokens(rng, 2+rng.IntN(3), vocab)
+		opening := randomTokens(rng, 3, vocab)
+		for range 3 {
+			rest := randomTokens(rng, 2+rng.IntN(5), vocab)
+			if rng.IntN(2) == 0 {
+				rest = slices.Concat(opening, rest)
+			}
+			seq := slices.Concat(system, question, rest)
+			pairs = append(pairs, Pair{Context: seq[:1], Response: seq[1:]})
+		}
+		seq := slices.Concat(system, question, opening[:1])
+		pairs = append(pairs, Pair{Context: seq[:1], Response: seq[1:]})
+	}
+	seq := randomTokens(rng, 6, vocab)
+	pairs = append(pairs, Pair{Context: seq[:2], Response: seq[2:]})
+	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
+	return pairs
+}
+
 // TestTreeLogProbTensorMatchesFlat checks the tree pass against LogProbTensor on the
 // same pairs: the same log-probs and entropies in the same order, and after the
-// backward pass of one loss the same gradient of every weight, to float rounding. A
+// backward pass of one loss the same gradient of every weight, to float rounding; on
+// an update's pairs and on SFT's, whose trunks hold scored tokens. A
 // branch reading the wrong trunk slots, a position off by one, or a trunk token whose
 // gradient missed a branch would each fail here.
 func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
+	t.Run("update", func(t *testing.T) { treeMatchesFlat(t, treeCases(rand.New(rand.NewPCG(3, 4)), 97), false) })
+	t.Run("sft", func(t *testing.T) { treeMatchesFlat(t, sftCases(rand.New(rand.NewPCG(3, 4)), 97), true) })
+}
+
+// treeMatchesFlat is TestTreeLogProbTensorMatchesFlat on pairs; trunked says whether
+// their trunks hold scored tokens.
+func treeMatchesFlat(t *testing.T, pairs []Pair, trunked bool) {
 	runtime.LockOSThread() // libtorch's grad mode is per OS thread
 	defer runtime.UnlockOSThread()
 	m := newTrainableModel(t, testConfig(), Options{})
 	defer torch.SetGrad(torch.SetGrad(true))
-	pairs := treeCases(rand.New(rand.NewPCG(3, 4)), 97)
-	if _, ok := packTrees(pairs); !ok {
+	tp, ok := packTrees(pairs)
+	if !ok {
 		t.Fatal("no shared trunk in the cases")
+	}
+	if trunked && (!tp.trunked || tp.expand == nil) {
+		t.Fatalf("scored tokens in trunks: %v, shared scores: %v; the cases should have both", tp.trunked, tp.expand != nil)
 	}
 	type result struct {
 		lp, ent []float32
@@ -100,8 +139,11 @@ func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
 		t.Errorf("entropies differ by %g", d)
 	}
 	for k, g := range flat.grads {
-		if d := maxAbsDiff(tree.grads[k], g); d > 1e-5 {
-			t.Errorf("%s: gradients differ by %g", k, d)
+		// Relative to the gradient's scale: a shared token's gradient sums every
+		// pair's in another order (the embedding's reach 80 in the SFT cases).
+		scale := max(1, maxAbsDiff(g, make([]float32, len(g))))
+		if d := maxAbsDiff(tree.grads[k], g); d > 1e-5*scale {
+			t.Errorf("%s: gradients differ by %g, %g relative", k, d, d/scale)
 		}
 	}
 }

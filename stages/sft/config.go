@@ -77,6 +77,12 @@ type Config struct {
 	// instead of keeping them (qwen2.Checkpointed): far less memory per batch for one
 	// more forward pass. The gradients equal the plain pass's to float32 rounding.
 	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
+	// SharePrefixes trains each batch as a tree pass (qwen2.TreeLogProbTensor): the
+	// prefixes its turns share, the system prompt and a trajectory's question, run and,
+	// with a context weight, are scored once, each score counting once per turn. The
+	// gradients equal the unshared pass's to float rounding. A checkpointed pass
+	// (GradCheckpoint) does not share.
+	SharePrefixes bool `json:"share_prefixes"`
 }
 
 // DefaultConfig clones the demo's oracle (it forgets a fact with probability 0.2 and
@@ -88,9 +94,12 @@ func DefaultConfig() Config {
 	return Config{
 		Context: protocol.Mempo, MaxTurns: 16, OracleDrop: 0.2, OracleDistractor: 0.1,
 		RetrievalTopK: 3, HeldOut: 0.1, Epochs: 3, AdamW: a, Schedule: Constant,
-		BatchTokens: 16384, Device: "cpu",
+		BatchTokens: 16384, Device: "cpu", SharePrefixes: true,
 	}
 }
+
+// shares reports whether the passes share prefixes: a checkpointed pass does not.
+func (c Config) shares() bool { return c.SharePrefixes && !c.GradCheckpoint }
 
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {

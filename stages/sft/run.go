@@ -199,6 +199,7 @@ func (r *run) layout(perTraj [][]int) train.Plan {
 func (r *run) memory() (train.Memory, error) {
 	passes := make([]train.Pass, len(r.steps))
 	for k, b := range r.steps {
+		var pairs []qwen2.Pair
 		for _, j := range b.Examples {
 			e := r.examples[j]
 			passes[k].Lengths = append(passes[k].Lengths, e.len())
@@ -206,6 +207,11 @@ func (r *run) memory() (train.Memory, error) {
 			if r.cfg.ContextLossWeight > 0 && len(e.Context) > 0 {
 				passes[k].Scored += len(e.Context) - 1
 			}
+			pairs = append(pairs, qwen2.Pair{Context: e.Context, Response: e.Response})
+		}
+		if r.cfg.shares() {
+			// The tree pass groups whole sequences, however context and response split them.
+			passes[k].Lengths, passes[k].Keys = qwen2.TreeShape(pairs)
 		}
 	}
 	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
@@ -214,7 +220,8 @@ func (r *run) memory() (train.Memory, error) {
 
 // nll is the supervised step on m with the config's chunk and context weight.
 func (r *run) nll(m *qwen2.Model) train.NLLStep {
-	return train.NLLStep{Model: m, Chunk: r.cfg.Chunk, ContextWeight: r.cfg.ContextLossWeight, GradCheckpoint: r.cfg.GradCheckpoint}
+	return train.NLLStep{Model: m, Chunk: r.cfg.Chunk, ContextWeight: r.cfg.ContextLossWeight,
+		GradCheckpoint: r.cfg.GradCheckpoint, SharePrefixes: r.cfg.shares()}
 }
 
 // start measures the held-out loss of the policy before training.
