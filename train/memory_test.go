@@ -63,7 +63,7 @@ func (c memoryCase) estimate(t testing.TB) Memory {
 		pass.Lengths, pairs = append(pass.Lengths, s.Len()), append(pairs, s.Pair())
 	}
 	if c.prompt > 0 {
-		pass.Lengths, pass.Keys = qwen2.TreeShape(pairs)
+		pass.Lengths, pass.Keys = qwen2.TreeShape(pairs, false)
 	}
 	return PlanMemory(cfg, Shape{Entropy: true, GradCheckpoint: c.checkpoint}, []Pass{pass})
 }

@@ -50,7 +50,8 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 		}
 		tokens += len(e.Response)
 	}
-	lp, _, ck, err := scores(t.Model, pairs, qwen2.ScoreConfig{Chunk: t.Chunk}, t.GradCheckpoint, t.SharePrefixes)
+	cfg := qwen2.ScoreConfig{Chunk: t.Chunk, ShareScored: t.ContextWeight > 0}
+	lp, _, ck, err := scores(t.Model, pairs, cfg, t.GradCheckpoint, t.SharePrefixes)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -33,8 +33,8 @@ type PPOStep struct {
 	// GradCheckpoint recomputes the pass layer by layer in the backward pass
 	// (qwen2.Checkpointed) instead of keeping every layer's activations.
 	GradCheckpoint bool
-	// SharePrefixes scores a micro-batch through a tree pass over the prefixes its
-	// sequences share (qwen2.TreeLogProbTensor), unless GradCheckpoint is set.
+	// SharePrefixes scores a micro-batch through a tree pass over the context prefixes
+	// its sequences share (qwen2.TreeLogProbTensor), unless GradCheckpoint is set.
 	SharePrefixes bool
 }
 

@@ -40,6 +40,13 @@ type ScoreConfig struct {
 	Temperature float64 `json:"temperature"`
 	// Entropy also returns the entropy of each position's distribution.
 	Entropy bool `json:"entropy"`
+	// ShareScored lets a tree pass (TreeLogProbTensor) share prefixes that reach into
+	// the scored tokens: pairs group over their whole sequences instead of their
+	// contexts. SFT with a context loss scores every token after a turn's first, so
+	// only this shares its turns' system prompt. An update's samples, whose shared
+	// contexts a trunk covers anyway, computed more slots with it: deeper trunks split
+	// their groups.
+	ShareScored bool `json:"share_scored,omitempty"`
 }
 
 func (c ScoreConfig) withDefaults() ScoreConfig {

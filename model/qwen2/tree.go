@@ -18,9 +18,11 @@ import (
 // values (sharedKV). Autograd sees one graph: a trunk token's gradient sums over every
 // branch that attends to it. A GRPO group's samples share the prompt, and a turn's
 // context often repeats an earlier one's, so a training pass computes each shared
-// token once instead of once per pair. The values and gradients agree with
-// LogProbTensor's to float rounding; only the GEMM shapes differ. Without a prefix
-// shared by two pairs it is LogProbTensor.
+// token once instead of once per pair. With cfg.ShareScored the pairs group over
+// their whole sequences, and a trunk position that predicts a scored token is scored
+// once, its log-prob gathered for every pair that reads it. The values and gradients
+// agree with LogProbTensor's to float rounding; only the GEMM shapes differ. Without a
+// prefix shared by two pairs it is LogProbTensor.
 func (m *Model) TreeLogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
 	cfg = cfg.withDefaults()
 	for i, p := range pairs {
@@ -28,7 +30,7 @@ func (m *Model) TreeLogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Te
 			return nil, nil, fmt.Errorf("pair %d: %w", i, err)
 		}
 	}
-	tp, ok := packTrees(pairs)
+	tp, ok := packTrees(pairs, cfg.ShareScored)
 	if !ok {
 		return m.LogProbTensor(pairs, cfg)
 	}
@@ -71,7 +73,7 @@ type treePack struct {
 // computes and what its memory grows with. The past each branch row reads is not
 // counted.
 func TreeSlots(pairs []Pair) int {
-	trunks, branches, groups := treeLengths(pairs)
+	trunks, branches, groups := treeLengths(pairs, false)
 	_, tr, tw := place(trunks, nil)
 	_, br, bw := place(branches, groups)
 	return tr*tw + br*bw
@@ -80,8 +82,8 @@ func TreeSlots(pairs []Pair) int {
 // TreeShape is the lengths of the sequences the tree pass over pairs runs, its
 // trunks' and then its branches', and the most keys a query attends to: a branch
 // row's past (the longest trunk, see packTrees) and its own width.
-func TreeShape(pairs []Pair) (lengths []int, keys int) {
-	trunks, branches, groups := treeLengths(pairs)
+func TreeShape(pairs []Pair, shareScored bool) (lengths []int, keys int) {
+	trunks, branches, groups := treeLengths(pairs, shareScored)
 	_, _, w := place(branches, groups)
 	past := 0
 	for _, n := range trunks {
@@ -92,8 +94,8 @@ func TreeShape(pairs []Pair) (lengths []int, keys int) {
 
 // treeLengths is the lengths of the tree pass's trunks and branches, and each
 // branch's trunk.
-func treeLengths(pairs []Pair) (trunk, branch, group []int) {
-	trunks, branches := treeSplit(pairs)
+func treeLengths(pairs []Pair, whole bool) (trunk, branch, group []int) {
+	trunks, branches := treeSplit(pairs, whole)
 	for _, t := range trunks {
 		trunk = append(trunk, len(t))
 	}
@@ -161,18 +163,23 @@ func (b sharedBranch) ids(p Pair) []int64 { return p.tokens()[b.shared:] }
 // tokens is the pair's context and response as one sequence.
 func (p Pair) tokens() []int64 { return slices.Concat(p.Context, p.Response) }
 
-// treeSplit groups the pairs with a response over the prefixes their sequences,
-// context and response, share (prefixRuns) into trunks and branches. A group of one
-// pair keeps its whole sequence as its branch, and a trunk stops one token short of
-// its shortest sequence, so every branch holds a token. A trunk covers the scored
-// tokens its pairs share too: turns trained on their context (SFT's context loss)
-// share a system prompt, and samples may share a response's opening.
-func treeSplit(pairs []Pair) (trunks [][]int64, branches []sharedBranch) {
+// treeSplit groups the pairs with a response over the prefixes their contexts share,
+// or over their whole sequences, context and response (prefixRuns), into trunks
+// and branches. A group of one pair keeps its whole sequence as its branch, and a
+// trunk stops one token short of the shortest sequence it groups, so every branch
+// holds a token: grouped by context, every scored token is predicted in a branch; by
+// whole sequences, a trunk covers the scored tokens its pairs share too (SFT's
+// context loss scores the system prompt every turn shares).
+func treeSplit(pairs []Pair, whole bool) (trunks [][]int64, branches []sharedBranch) {
 	var seqs [][]int64
 	var scored []int
 	for i, p := range pairs {
 		if len(p.Response) > 0 {
-			seqs, scored = append(seqs, p.tokens()), append(scored, i)
+			s := p.Context
+			if whole {
+				s = p.tokens()
+			}
+			seqs, scored = append(seqs, s), append(scored, i)
 		}
 	}
 	runs, shared := prefixRuns(seqs)
@@ -197,8 +204,8 @@ func treeSplit(pairs []Pair) (trunks [][]int64, branches []sharedBranch) {
 }
 
 // packTrees lays the tree pass out; ok is false when no two pairs share a trunk.
-func packTrees(pairs []Pair) (tp treePack, ok bool) {
-	trunks, branches := treeSplit(pairs)
+func packTrees(pairs []Pair, whole bool) (tp treePack, ok bool) {
+	trunks, branches := treeSplit(pairs, whole)
 	if len(trunks) == 0 {
 		return treePack{}, false
 	}

@@ -74,13 +74,13 @@ func TestTreeLogProbTensorMatchesFlat(t *testing.T) {
 }
 
 // treeMatchesFlat is TestTreeLogProbTensorMatchesFlat on pairs; trunked says whether
-// their trunks hold scored tokens.
+// they share scored tokens (ScoreConfig.ShareScored), so that trunks hold them.
 func treeMatchesFlat(t *testing.T, pairs []Pair, trunked bool) {
 	runtime.LockOSThread() // libtorch's grad mode is per OS thread
 	defer runtime.UnlockOSThread()
 	m := newTrainableModel(t, testConfig(), Options{})
 	defer torch.SetGrad(torch.SetGrad(true))
-	tp, ok := packTrees(pairs)
+	tp, ok := packTrees(pairs, trunked)
 	if !ok {
 		t.Fatal("no shared trunk in the cases")
 	}
@@ -99,7 +99,7 @@ func treeMatchesFlat(t *testing.T, pairs []Pair, trunked bool) {
 		if tree {
 			score = m.TreeLogProbTensor
 		}
-		lp, ent, err := score(pairs, ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7})
+		lp, ent, err := score(pairs, ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7, ShareScored: trunked})
 		if err != nil {
 			t.Fatal(err)
 		}

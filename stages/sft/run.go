@@ -210,8 +210,8 @@ func (r *run) memory() (train.Memory, error) {
 			pairs = append(pairs, qwen2.Pair{Context: e.Context, Response: e.Response})
 		}
 		if r.cfg.shares() {
-			// The tree pass groups whole sequences, however context and response split them.
-			passes[k].Lengths, passes[k].Keys = qwen2.TreeShape(pairs)
+			// With a context loss the pass groups whole sequences (train.NLLStep).
+			passes[k].Lengths, passes[k].Keys = qwen2.TreeShape(pairs, r.cfg.ContextLossWeight > 0)
 		}
 	}
 	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}

@@ -3,7 +3,6 @@ package sft
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/mempo/mempo/agent/protocol"
@@ -29,11 +28,12 @@ func TestSharePrefixes(t *testing.T) {
 		tokens := 0
 		for _, j := range b.Examples {
 			e := r.examples[j]
-			pairs = append(pairs, qwen2.Pair{Context: e.Context[:1], Response: slices.Concat(e.Context[1:], e.Response)})
+			pairs = append(pairs, qwen2.Pair{Context: e.Context, Response: e.Response})
 			tokens += e.len()
 		}
-		if slots := qwen2.TreeSlots(pairs); len(pairs) > 1 && slots >= tokens {
-			t.Errorf("step %d: the tree pass computes %d slots for turns of %d tokens: nothing shared", k, slots, tokens)
+		lengths, _ := qwen2.TreeShape(pairs, true)
+		if n := sum(lengths); len(pairs) > 1 && n >= tokens {
+			t.Errorf("step %d: the tree pass runs %d tokens for turns of %d: nothing shared", k, n, tokens)
 		}
 	}
 
@@ -80,4 +80,12 @@ func planned(t *testing.T, cfg Config, in Inputs) *run {
 		t.Fatal(err)
 	}
 	return r
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }

@@ -65,11 +65,11 @@ type Config struct {
 	// more forward pass. The gradients equal the plain pass's to float32 rounding.
 	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
 	// SharePrefixes trains each micro-batch as a tree pass (qwen2.TreeLogProbTensor):
-	// prefixes its samples share, a group's prompt, the turns a later turn repeats and
-	// a response opening they have in common, run once, and the micro-batches are cut
-	// from the mini-batch in context order so that samples sharing a prefix share a
-	// pass. The gradients equal the unshared pass's to float rounding. A checkpointed
-	// pass (GradCheckpoint) does not share.
+	// context prefixes its samples share, a group's prompt and the turns a later turn
+	// repeats, run once, and the micro-batches are cut from the mini-batch in context
+	// order so that samples sharing a prefix share a pass. The gradients equal the
+	// unshared pass's to float rounding. A checkpointed pass (GradCheckpoint) does not
+	// share.
 	SharePrefixes bool `json:"share_prefixes"`
 }
 

@@ -154,7 +154,7 @@ func (r *run) memory() (train.Memory, error) {
 				p.Scored += len(r.samples[i].Response)
 			}
 			if r.cfg.shares() {
-				p.Lengths, p.Keys = qwen2.TreeShape(pairs)
+				p.Lengths, p.Keys = qwen2.TreeShape(pairs, false)
 			}
 			passes = append(passes, p)
 		}
