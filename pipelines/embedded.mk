@@ -11,7 +11,7 @@ VARIANTS ?= mempo grpo
 # but are never asked. Fewer two-hop objectives than the default leave room to learn.
 TASK_FLAGS    ?= --train 3000 --test 48 --no-year-questions --two-hop-rate 0.25
 INIT_FLAGS    ?= --preset tiny
-# One pass over SFT_QUESTIONS oracle trajectories (about 8.5 minutes). A small weight on the
+# One pass over SFT_QUESTIONS oracle trajectories (about 8 minutes). A small weight on the
 # context tokens' NLL teaches the from-scratch model its corpus and copying from context,
 # which the response tokens alone do not within this budget (held-out NLL 0.60 → 0.27).
 SFT_QUESTIONS ?= 2400
