@@ -225,7 +225,7 @@ func (m *Model) packPairs(pairs []Pair) (b rowPack, at, target []int64, err erro
 	}
 	seqs := make([][]int64, len(pairs))
 	for i, p := range pairs {
-		seqs[i] = append(append(make([]int64, 0, len(p.Context)+len(p.Response)), p.Context...), p.Response...)
+		seqs[i] = p.tokens()
 	}
 	b = packRows(seqs)
 	for i, p := range pairs {

@@ -50,13 +50,7 @@ func TestSharePrefixes(t *testing.T) {
 	if shared.Key == plain.Key {
 		t.Errorf("--share-prefixes did not change the cache key %s", shared.Key.Short())
 	}
-	before := qwen2test.WeightValues(t, f.in.Policy)
-	want, got := qwen2test.WeightValues(t, plain.Dir), qwen2test.WeightValues(t, shared.Dir)
-	for i := range want {
-		want[i] -= before[i]
-		got[i] -= before[i]
-	}
-	if d := qwen2test.RelDiff(got, want); !(d <= 1e-5) {
+	if d := qwen2test.ChangeDiff(t, f.in.Policy, shared.Dir, plain.Dir); !(d <= 1e-5) {
 		t.Errorf("weights' change with shared prefixes differs by %.3g relative over %d steps, want <= 1e-5", d, shared.State.Step)
 	} else {
 		t.Logf("weights' change differs by %.3g relative over %d steps", d, shared.State.Step)

@@ -64,13 +64,7 @@ func TestSharePrefixes(t *testing.T) {
 		if shared.Key == plain.Key {
 			t.Errorf("budget %d: --share-prefixes did not change the cache key %s", budget, shared.Key.Short())
 		}
-		before := qwen2test.WeightValues(t, f.in.Policy)
-		want, got := qwen2test.WeightValues(t, plain.Dir), qwen2test.WeightValues(t, shared.Dir)
-		for i := range want {
-			want[i] -= before[i]
-			got[i] -= before[i]
-		}
-		if d := qwen2test.RelDiff(got, want); !(d <= 1e-5) {
+		if d := qwen2test.ChangeDiff(t, f.in.Policy, shared.Dir, plain.Dir); !(d <= 1e-5) {
 			t.Errorf("budget %d: weights' change with shared prefixes differs by %.3g relative, want <= 1e-5", budget, d)
 		} else {
 			t.Logf("budget %d: weights' change differs by %.3g relative", budget, d)

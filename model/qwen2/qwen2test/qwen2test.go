@@ -24,6 +24,19 @@ func WeightValues(t testing.TB, dir string) []float64 {
 	return out
 }
 
+// ChangeDiff is RelDiff of the weights' change from checkpoint dir from to got and to
+// want: how far two trainings of the same start agree.
+func ChangeDiff(t testing.TB, from, got, want string) float64 {
+	t.Helper()
+	before := WeightValues(t, from)
+	g, w := WeightValues(t, got), WeightValues(t, want)
+	for i := range w {
+		w[i] -= before[i]
+		g[i] -= before[i]
+	}
+	return RelDiff(g, w)
+}
+
 // RelDiff is the L2 norm of a − b relative to b's.
 func RelDiff(a, b []float64) float64 {
 	var num, den float64
