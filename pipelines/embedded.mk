@@ -17,6 +17,11 @@ INIT_FLAGS    ?= --preset tiny
 SFT_QUESTIONS ?= 2400
 SFT_FLAGS     ?= --questions $(SFT_QUESTIONS) --epochs 1 --lr 4e-3 --schedule linear --warmup-steps 20 \
   --batch-tokens 4096 --max-turns 8 --context-loss-weight 0.2 --threads 2
+# bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX-BF16): there the
+# tiny model's matrix products run 2.4-3.9x faster than in float32 and the demo takes
+# about 10 minutes instead of 19 (README). Elsewhere bfloat16 is emulated and slower,
+# so float32. SFT trains in it; the RL stages keep their checkpoint's precision.
+DTYPE ?= $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
 # RL takes prompts SFT did not clone.
 RL_PROMPT_OFFSET ?= $(SFT_QUESTIONS)
 PROMPTS_PER_ITER ?= 16

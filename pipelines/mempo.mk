@@ -41,6 +41,10 @@ PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 # cuda or cuda:N. For a GPU, BIN must hold the CUDA build (make build CUDA=1: BIN=bin/cuda).
 DEVICE         ?=
 DEV := $(if $(DEVICE),--device $(DEVICE))
+# DTYPE, when set, is the precision SFT trains in and writes, and so every later stage's
+# (each keeps its checkpoint's): float32, bfloat16 (with float32 master weights in
+# AdamW, carried from checkpoint to checkpoint) or float16. Empty keeps the initial model's.
+DTYPE          ?=
 
 # TASK and INDEX may live outside the run: an experiment shares one task across seeds.
 TASK  ?= $(RUN_DIR)/task
@@ -65,7 +69,7 @@ $(INIT)/checkpoint.json: $(TASK)/task.json $(PROTOCOL)
 	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
 $(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $(SFT) && touch $@
+	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(if $(DTYPE),--dtype $(DTYPE)) $(DEV) $(STAGE_FLAGS) --out $(SFT) && touch $@
 
 # policy_dir(variant, k): the policy iteration k+1 starts from (k = 0: the SFT model).
 policy_dir = $(if $(filter 0,$(2)),$(SFT),$(RUN_DIR)/$(1)/iter-$(2)/policy)

@@ -9,7 +9,7 @@ import (
 	"github.com/mempo/mempo/model/torch"
 )
 
-// perTensor is the AdamW of commit 195a7c0, before the flat buffers (issue 14): the
+// perTensor is the AdamW of commit 195a7c0, before the flat buffers: the
 // same update op for op on each parameter tensor, allocating its temporaries. The flat
 // implementation must reproduce its weights, state and gradients bit for bit
 // (TestFlatMatchesPerTensor), and BenchmarkAdamWStep measures against it.

@@ -8,7 +8,7 @@ import (
 )
 
 // AdamW keeps its state in flat buffers, one set per group of parameters of one dtype
-// on one device (issue 14, "AdamW over one flat buffer"): the members' moments, master
+// on one device (the flat-parameter design of fused optimizers): the members' moments, master
 // weights and gradients lie back to back, each parameter's state is a view into them,
 // and a step is a handful of in-place vector ops over a whole group instead of about
 // twenty ops and six full-size temporaries per parameter.
