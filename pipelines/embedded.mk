@@ -11,16 +11,18 @@ VARIANTS ?= mempo grpo
 # but are never asked. Fewer two-hop objectives than the default leave room to learn.
 TASK_FLAGS    ?= --train 3000 --test 48 --no-year-questions --two-hop-rate 0.25
 INIT_FLAGS    ?= --preset tiny
-# One pass over SFT_QUESTIONS oracle trajectories (about 8 minutes). A small weight on the
-# context tokens' NLL teaches the from-scratch model its corpus and copying from context,
-# which the response tokens alone do not within this budget (held-out NLL 0.60 → 0.27).
+# One pass over SFT_QUESTIONS oracle trajectories (about 4.5 minutes in bfloat16, 8 in
+# float32). A small weight on the context tokens' NLL teaches the from-scratch model its
+# corpus and copying from context, which the response tokens alone do not within this
+# budget (held-out NLL 0.60 → 0.27).
 SFT_QUESTIONS ?= 2400
 SFT_FLAGS     ?= --questions $(SFT_QUESTIONS) --epochs 1 --lr 4e-3 --schedule linear --warmup-steps 20 \
   --batch-tokens 4096 --max-turns 8 --context-loss-weight 0.2 --threads 2
 # bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX-BF16): there the
 # tiny model's matrix products run 2.4-3.9x faster than in float32 and the demo takes
-# about 10 minutes instead of 19 (README). Elsewhere bfloat16 is emulated and slower,
-# so float32. SFT trains in it; the RL stages keep their checkpoint's precision.
+# about 10 minutes instead of 19 (README). Elsewhere float32: without those instructions
+# a bfloat16 product saves no time. SFT trains in it; the RL stages keep their
+# checkpoint's precision.
 DTYPE ?= $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
 # RL takes prompts SFT did not clone.
 RL_PROMPT_OFFSET ?= $(SFT_QUESTIONS)
