@@ -22,8 +22,11 @@ SFT_FLAGS     ?= --questions $(SFT_QUESTIONS) --epochs 1 --lr 4e-3 --schedule li
 # tiny model's matrix products run 2.4-3.9x faster than in float32 and the demo takes
 # about 10 minutes instead of 19 (README). Elsewhere float32: without those instructions
 # a bfloat16 product saves no time. SFT trains in it; the RL stages keep their
-# checkpoint's precision.
-DTYPE ?= $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
+# checkpoint's precision. Probed once (experiment.mk exports every variable to each
+# recipe, which would rerun a recursive $(shell)); a command-line or environment DTYPE wins.
+ifeq ($(origin DTYPE),undefined)
+DTYPE := $(shell grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bfloat16 || echo float32)
+endif
 # RL takes prompts SFT did not clone.
 RL_PROMPT_OFFSET ?= $(SFT_QUESTIONS)
 PROMPTS_PER_ITER ?= 16
