@@ -169,11 +169,12 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 // BenchmarkOldPass is the old-log-prob pass as the stage runs it (DefaultConfig's token
 // budget of 8192 and chunk of 256, temperature 1, no entropy; pairs grouped into trees
 // over their shared context prefixes, PrefixLogProbs), in the benchmark precision
-// (torchtest.DType), on 2 threads over benchRollouts(2, 8, 5): 80 turns of the tiny preset (seed 1), 16 of 150 + 60 tokens and 64 of 310 + 60, 27040
-// tokens in all. heap=default runs under glibc's malloc defaults, heap=bounded under
-// torch.BoundHeap as Run sets it; the bound cannot be undone, so it runs second and
-// this benchmark stays last in the package's first file. tokens/s counts context and
-// response tokens; gemm-fraction counts no padding.
+// (torchtest.DType), on 2 threads over benchRollouts(2, 8, 5): 80 turns of the tiny
+// preset (seed 1), 16 of 150 + 60 tokens and 64 of 310 + 60, 27040 tokens in all.
+// heap=default runs under glibc's malloc defaults, heap=bounded under torch.BoundHeap
+// as Run sets it; the bound cannot be undone, so it runs second and this benchmark
+// stays last in the package's first file. tokens/s counts context and response
+// tokens; gemm-fraction counts no padding.
 func BenchmarkOldPass(b *testing.B) {
 	for _, heap := range []string{"default", "bounded"} {
 		b.Run("heap="+heap, func(b *testing.B) {
