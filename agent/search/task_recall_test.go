@@ -28,7 +28,7 @@ func (r *recorder) Retrieve(ctx context.Context, queries []string) ([][]protocol
 	return docs, err
 }
 
-// TestSyntheticRecall checks issue 5's bar: BM25 over the synthetic corpus puts the
+// TestSyntheticRecall checks the task's retrieval bar: BM25 over the synthetic corpus puts the
 // document that answers each of the oracle's queries in the top 3 for at least 95% of them.
 func TestSyntheticRecall(t *testing.T) {
 	w, err := task.Generate(task.DefaultConfig())

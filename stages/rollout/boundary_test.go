@@ -13,7 +13,7 @@ import (
 )
 
 // TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout
-// stage really writes (issue 12: rollouts once carried no observation_ids, so P_full was
+// stage really writes (rollouts once carried no observation_ids, so P_full was
 // scored on histories without a single retrieved document, and each stage's tests built
 // their own rows and never saw it). The oracle agent runs once under the mempo context and
 // once under the full context; its turns depend only on (uid, turn), so both runs hold the

@@ -225,7 +225,7 @@ func TestRunBadInputs(t *testing.T) {
 	}
 }
 
-// TestContextPeakTokens is the PT report of issue 5: with the mempo context the peak
+// TestContextPeakTokens is the PT report: with the mempo context the peak
 // single-call context stays nearly flat as the number of objectives K grows, while the
 // full context grows with every search. The scripted oracle makes both policies take
 // the same actions, so only the context rule differs.
