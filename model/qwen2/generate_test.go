@@ -3,13 +3,18 @@ package qwen2
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
 )
 
 func testRequests(n int) []Request {
@@ -356,4 +361,80 @@ func TestGenerateNaN(t *testing.T) {
 			t.Errorf("Generate(%+v) left %d live tensors, want %d", cfg, got, base)
 		}
 	}
+}
+
+// TestGenerateUnderCollector decodes agent-shaped batches whose rows leave at different
+// steps (a fifth of the vocabulary stops a row, so the cache drops rows often), in
+// float32 and bfloat16, once quietly and once while another goroutine runs the garbage
+// collector and hands gotch tensors to their finalizers, which free handles on other
+// threads: the tokens and log-probs must be identical. A handle freed early or twice
+// shows here as a crash or changed tokens, and under build/asan.sh as a report at its
+// first use; MEMPO_STRESS_ROUNDS lengthens the run for that.
+func TestGenerateUnderCollector(t *testing.T) {
+	rounds := 2
+	if s := os.Getenv("MEMPO_STRESS_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("MEMPO_STRESS_ROUNDS=%q, want a positive count", s)
+		}
+		rounds = n
+	}
+	var stops [][]int64
+	for tok := range int64(20) {
+		stops = append(stops, []int64{tok})
+	}
+	cfg := sample.Config{Temperature: 1, MaxNewTokens: 24, Stop: stops}
+	for _, dt := range []string{"float32", "bfloat16"} {
+		m := newTestModel(t, testConfig(), Options{DType: dt})
+		rng := rand.New(rand.NewPCG(3, 4))
+		for r := range rounds {
+			reqs := sharedRequests()
+			for i := range reqs {
+				reqs[i].Prompt = append(reqs[i].Prompt, randomTokens(rng, rng.IntN(8), 97)...)
+				reqs[i].Seed += uint64(1000 * r)
+			}
+			quiet := generate(t, m, reqs, cfg)
+			lengths := map[int]bool{}
+			for _, c := range quiet {
+				lengths[len(c.Tokens)] = true
+			}
+			if len(lengths) < 3 {
+				t.Fatalf("%s round %d: completions of %d distinct lengths; the test needs rows leaving at several steps", dt, r, len(lengths))
+			}
+			stop := collectorPressure()
+			loud := generate(t, m, reqs, cfg)
+			stop()
+			for i := range reqs {
+				if diff := cmp.Diff(quiet[i].Tokens, loud[i].Tokens); diff != "" {
+					t.Fatalf("%s round %d request %d: tokens changed under the collector (-quiet +loud):\n%s", dt, r, i, diff)
+				}
+				if !slices.Equal(quiet[i].LogProbs, loud[i].LogProbs) {
+					t.Fatalf("%s round %d request %d: log-probs changed under the collector", dt, r, i)
+				}
+			}
+		}
+	}
+}
+
+// collectorPressure starts a goroutine that drops gotch tensors to their finalizers and
+// runs the garbage collector in a loop; the returned func stops it.
+func collectorPressure() (stop func()) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for range 8 {
+				_ = torch.RawZeros([]int64{8}, gotch.Float, gotch.CPU).Wrap()
+			}
+			runtime.GC()
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
