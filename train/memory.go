@@ -139,6 +139,22 @@ type Pass struct {
 	Keys    int // Shape.Keys: 0 unless a query reads more keys than its row holds
 }
 
+// passOf is the shape of the scoring pass over pairs (see scores): the sequences it
+// packs, or the tree pass's trunks and branches when it shares prefixes (over whole
+// sequences when whole is set, as qwen2.ScoreConfig.ShareScored groups them), and the
+// tokens it scores.
+func passOf(pairs []qwen2.Pair, share, whole bool) Pass {
+	var p Pass
+	for _, e := range pairs {
+		p.Lengths = append(p.Lengths, len(e.Context)+len(e.Response))
+		p.Scored += len(e.Response)
+	}
+	if share {
+		p.Lengths, p.Keys = qwen2.TreeShape(pairs, whole)
+	}
+	return p
+}
+
 // PlanMemory is the estimate of the pass of passes that needs the most memory, each
 // packed as LogProbTensor packs it (qwen2.PackShape); s sets everything but the rows,
 // width and scored positions.

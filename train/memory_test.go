@@ -57,15 +57,39 @@ func (c memoryCase) config(t testing.TB) qwen2.Config {
 // it when the turns share a prompt.
 func (c memoryCase) estimate(t testing.TB) Memory {
 	cfg := c.config(t)
-	pass := Pass{Scored: c.turns * c.response}
-	var pairs []qwen2.Pair
-	for _, s := range c.batch(cfg.VocabSize) {
-		pass.Lengths, pairs = append(pass.Lengths, s.Len()), append(pairs, s.Pair())
-	}
-	if c.prompt > 0 {
-		pass.Lengths, pass.Keys = qwen2.TreeShape(pairs, false)
-	}
+	pass := PPOStep{GradCheckpoint: c.checkpoint, SharePrefixes: c.prompt > 0}.Pass(c.batch(cfg.VocabSize))
 	return PlanMemory(cfg, Shape{Entropy: true, GradCheckpoint: c.checkpoint}, []Pass{pass})
+}
+
+// TestStepPass: the pass shape a step reports for the memory plan is the one it runs.
+// Two turns share a 4-token prompt. A PPO step scores the responses and, sharing
+// prefixes, runs the prompt once as a trunk and each turn's rest as a branch; with
+// GradCheckpoint it never shares. An SFT step with a context weight also scores every
+// token after a turn's first, and groups whole sequences.
+func TestStepPass(t *testing.T) {
+	prompt := []int64{1, 2, 3, 4}
+	pairs := []qwen2.Pair{
+		{Context: slices.Concat(prompt, []int64{5, 6}), Response: []int64{7, 8}},
+		{Context: slices.Concat(prompt, []int64{9}), Response: []int64{10}},
+	}
+	seqs := []*Sequence{{Context: pairs[0].Context, Response: pairs[0].Response}, {Context: pairs[1].Context, Response: pairs[1].Response}}
+	// Shared: trunk [1 2 3 4], branches [5 6 7 8] and [9 10] in rows 4 wide, whose
+	// queries read the 4 trunk keys before their row's.
+	shared := Pass{Lengths: []int{4, 4, 2}, Keys: 8}
+	for name, c := range map[string]struct {
+		got, want Pass
+	}{
+		"ppo":                {PPOStep{}.Pass(seqs), Pass{Lengths: []int{8, 6}, Scored: 3}},
+		"ppo shared":         {PPOStep{SharePrefixes: true}.Pass(seqs), Pass{Lengths: shared.Lengths, Keys: shared.Keys, Scored: 3}},
+		"ppo checkpointed":   {PPOStep{SharePrefixes: true, GradCheckpoint: true}.Pass(seqs), Pass{Lengths: []int{8, 6}, Scored: 3}},
+		"sft":                {NLLStep{}.Pass(pairs), Pass{Lengths: []int{8, 6}, Scored: 3}},
+		"sft context":        {NLLStep{ContextWeight: 0.2}.Pass(pairs), Pass{Lengths: []int{8, 6}, Scored: 12}},
+		"sft context shared": {NLLStep{ContextWeight: 0.2, SharePrefixes: true}.Pass(pairs), Pass{Lengths: shared.Lengths, Keys: shared.Keys, Scored: 12}},
+	} {
+		if !slices.Equal(c.got.Lengths, c.want.Lengths) || c.got.Scored != c.want.Scored || c.got.Keys != c.want.Keys {
+			t.Errorf("%s: pass %+v, want %+v", name, c.got, c.want)
+		}
+	}
 }
 
 // batch is the case's micro-batch: random sequences (randomSequence), each after the

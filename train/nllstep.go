@@ -37,6 +37,15 @@ func (t NLLStep) Backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 	return loss, tokens, err
 }
 
+// Pass is the shape of the pass Backward runs on batch, for PlanMemory.
+func (t NLLStep) Pass(batch []qwen2.Pair) Pass {
+	pairs := make([]qwen2.Pair, len(batch))
+	for i, e := range batch {
+		pairs[i] = scored(e, t.ContextWeight > 0)
+	}
+	return passOf(pairs, t.SharePrefixes && !t.GradCheckpoint, t.ContextWeight > 0)
+}
+
 func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
 	// libtorch keeps grad mode per OS thread; make sure it is on.
 	defer torch.SetGrad(torch.SetGrad(true))

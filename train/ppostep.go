@@ -50,6 +50,15 @@ func (t PPOStep) Micro(batch []*Sequence, divisor float64) (st Stats, err error)
 	return st, err
 }
 
+// Pass is the shape of the pass Micro runs on batch, for PlanMemory.
+func (t PPOStep) Pass(batch []*Sequence) Pass {
+	pairs := make([]qwen2.Pair, len(batch))
+	for i, s := range batch {
+		pairs[i] = s.Pair()
+	}
+	return passOf(pairs, t.SharePrefixes && !t.GradCheckpoint, false)
+}
+
 func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error) {
 	// libtorch keeps grad mode per OS thread, and a no-grad scorer (qwen2.LogProbs) may
 	// have left it off on the torch thread: set it.

@@ -154,6 +154,15 @@ type batch struct {
 	Examples []int
 }
 
+// pairs is the batch's examples as the pairs a training pass takes.
+func (b batch) pairs(examples []example) []qwen2.Pair {
+	out := make([]qwen2.Pair, len(b.Examples))
+	for i, j := range b.Examples {
+		out[i] = qwen2.Pair{Context: examples[j].Context, Response: examples[j].Response}
+	}
+	return out
+}
+
 // plan lays out every step before any work, so a resumed run takes the same steps: each
 // epoch shuffles the training examples with rng and cuts the shuffled order into
 // batches whose rows × longest row stay within budget.

@@ -198,21 +198,9 @@ func (r *run) layout(perTraj [][]int) train.Plan {
 // memory estimates the peak memory of the plan: its largest batch, each one pass.
 func (r *run) memory() (train.Memory, error) {
 	passes := make([]train.Pass, len(r.steps))
+	nll := r.nll(nil)
 	for k, b := range r.steps {
-		var pairs []qwen2.Pair
-		for _, j := range b.Examples {
-			e := r.examples[j]
-			passes[k].Lengths = append(passes[k].Lengths, e.len())
-			passes[k].Scored += len(e.Response)
-			if r.cfg.ContextLossWeight > 0 && len(e.Context) > 0 {
-				passes[k].Scored += len(e.Context) - 1
-			}
-			pairs = append(pairs, qwen2.Pair{Context: e.Context, Response: e.Response})
-		}
-		if r.cfg.shares() {
-			// With a context loss the pass groups whole sequences (train.NLLStep).
-			passes[k].Lengths, passes[k].Keys = qwen2.TreeShape(pairs, r.cfg.ContextLossWeight > 0)
-		}
+		passes[k] = nll.Pass(b.pairs(r.examples))
 	}
 	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
 	return train.PlanMemory(r.model, s, passes), nil
@@ -264,11 +252,7 @@ func trainStep(nll train.NLLStep, adam *train.AdamW, cfg Config, examples []exam
 	if err := adam.SetLR(cfg.lrAt(k, total)); err != nil {
 		return Metric{}, err
 	}
-	pairs := make([]qwen2.Pair, len(b.Examples))
-	for i, j := range b.Examples {
-		pairs[i] = qwen2.Pair{Context: examples[j].Context, Response: examples[j].Response}
-	}
-	loss, tokens, err := nll.Backward(pairs)
+	loss, tokens, err := nll.Backward(b.pairs(examples))
 	if err != nil {
 		adam.ZeroGrad()
 		return Metric{}, err
@@ -281,7 +265,7 @@ func trainStep(nll train.NLLStep, adam *train.AdamW, cfg Config, examples []exam
 		return Metric{}, err
 	}
 	met := Metric{Step: adam.Steps(), Epoch: b.Epoch, Loss: loss, GradNorm: ss.GradNorm, LR: ss.LR,
-		Tokens: tokens, Seqs: len(pairs), Seconds: now().Sub(start).Seconds()}
+		Tokens: tokens, Seqs: len(b.Examples), Seconds: now().Sub(start).Seconds()}
 	if met.Seconds > 0 {
 		met.TokensPerS = float64(tokens) / met.Seconds
 	}

@@ -135,28 +135,27 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 
 // step runs step k of the plan, mini-batch plan[k], on the model being trained.
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	pass := train.PPOStep{Model: m, Objective: r.cfg.Objective, Chunk: r.cfg.Chunk, Temperature: r.cfg.Temperature,
+	return step(r.ppo(m), adam, r.samples, r.plan[k], r.cfg, r.now)
+}
+
+// ppo is the PPO step on m with the config's objective and pass settings.
+func (r *run) ppo(m *qwen2.Model) train.PPOStep {
+	return train.PPOStep{Model: m, Objective: r.cfg.Objective, Chunk: r.cfg.Chunk, Temperature: r.cfg.Temperature,
 		GradCheckpoint: r.cfg.GradCheckpoint, SharePrefixes: r.cfg.SharePrefixes}
-	return step(pass, adam, r.samples, r.plan[k], r.cfg, r.now)
 }
 
 // memory estimates the peak memory of the plan: its largest micro-batch, as step cuts
 // the mini-batches.
 func (r *run) memory() (train.Memory, error) {
 	var passes []train.Pass
+	ppo := r.ppo(nil)
 	for _, b := range r.plan {
 		for _, mi := range micros(r.samples, b, r.cfg) {
-			p := train.Pass{}
-			pairs := make([]qwen2.Pair, len(mi))
+			seqs := make([]*train.Sequence, len(mi))
 			for k, i := range mi {
-				pairs[k] = r.samples[i].Pair()
-				p.Lengths = append(p.Lengths, r.samples[i].Len())
-				p.Scored += len(r.samples[i].Response)
+				seqs[k] = &r.samples[i].Sequence
 			}
-			if r.cfg.shares() {
-				p.Lengths, p.Keys = qwen2.TreeShape(pairs, false)
-			}
-			passes = append(passes, p)
+			passes = append(passes, ppo.Pass(seqs))
 		}
 	}
 	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
