@@ -8,7 +8,7 @@
 # corrupting the heap for later, and a double free is reported where it happens.
 #
 #   build/asan.sh mempo eval --task … --policy …     # builds bin/asan/, runs bin/asan/mempo
-#   build/asan.sh test ./model/qwen2 -run TestGenerate
+#   build/asan.sh test ./model/qwen2 -test.run TestGenerateUnderCollector  # test binary flags
 #
 # gotch's generated ops (ts/tensor-generated.go) read each result handle from a
 # malloc(0) slot, which ASan reports as an overflow on every call; glibc's malloc(0)
@@ -29,8 +29,13 @@ mkdir -p "$out"
 
 status=0
 if [[ $1 == test ]]; then
-  shift
-  build/go.sh test -asan -count=1 "$@" 2>&1 | tee "$log" || status=$?
+  # The test binary is kept (go test -c) so that ASan can symbolize its reports, and
+  # runs in its package's directory as go test would run it.
+  pkg=${2:?build/asan.sh test needs a package, e.g. ./model/qwen2}
+  shift 2
+  bin="$root/$out/$(basename "$pkg").test"
+  build/go.sh test -c -asan -o "$bin" "$pkg"
+  (cd "$pkg" && "$bin" -test.v "$@") 2>&1 | tee "$log" || status=$?
 else
   build/go.sh build -asan -o "$out/" ./cmd/...
   cmd=$1

@@ -27,6 +27,20 @@ func Check(err error) {
 	}
 }
 
+// checked runs op, one libtch call, and panics with the error it raised. libtch keeps
+// an op's error in a thread-local slot that a second cgo call reads (ts.TorchErr), and
+// a goroutine not locked to its OS thread can move to another between the two calls
+// when another goroutine takes its processor during a slow call (a failing op builds
+// a backtrace). The error would then be lost, the op's nil result used later, and the
+// error raised by whichever op next checks on the thread that failed. Here both calls
+// run on one thread; LockOSThread nests, so a caller's own lock stays.
+func checked(op func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	op()
+	Check(ts.TorchErr())
+}
+
 // Catch converts a panic raised by tensor code into *err, prefixed with what; use it
 // deferred in an exported function with a named error result. It converts the panics
 // of Must and Check (libtorch errors) and the shape checks' messages. A runtime.Error

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -72,5 +74,60 @@ func TestCatchWraps(t *testing.T) {
 	err, _ := catching(func() { Check(sentinel) })
 	if !errors.Is(err, sentinel) {
 		t.Errorf("errors.Is(%v, sentinel) = false, want true", err)
+	}
+}
+
+// TestErrorsStayWithTheirOp fails a libtorch op thousands of times from goroutines
+// that are not locked to their OS threads while others keep the processors busy, so
+// that a goroutine is often moved to another thread after a slow cgo call: every
+// failing op must panic with its own error. Without both halves of the op (the call
+// and the read of libtch's thread-local error) on one thread, 5 to 11 of these 20,000
+// views returned a nil tensor instead (3 runs of 3), each error left for an unrelated
+// op on the thread that raised it.
+func TestErrorsStayWithTheirOp(t *testing.T) {
+	x := RawZeros([]int64{2, 3}, gotch.Float, gotch.CPU)
+	defer x.Free()
+	stop := make(chan struct{})
+	var busy sync.WaitGroup
+	for range 4 {
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	var lost, raised atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5000 {
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							if err, ok := r.(error); !ok || !strings.Contains(err.Error(), "[7]") {
+								t.Errorf("view as [7] failed with %v, want its own shape error", r)
+							}
+							raised.Add(1)
+						}
+					}()
+					x.View(7) // 6 elements
+					lost.Add(1)
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	busy.Wait()
+	if lost.Load() > 0 {
+		t.Errorf("%d of %d failing views returned without an error", lost.Load(), lost.Load()+raised.Load())
 	}
 }

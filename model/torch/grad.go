@@ -13,7 +13,6 @@ import (
 	"unsafe"
 
 	lib "github.com/sugarme/gotch/libtch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // A gradient slot can hold a view into a buffer the caller owns: libtorch's
@@ -54,8 +53,8 @@ func (x Raw) ClearGrad() { x.AttachGrad(None) }
 // Alias is a second handle to x itself (not a view): the same tensor, with its
 // autograd metadata and gradient, which stays alive until both handles are freed.
 func (x Raw) Alias() Raw {
-	c := lib.AtShallowClone(x.c)
-	Check(ts.TorchErr())
+	var c lib.Ctensor
+	checked(func() { c = lib.AtShallowClone(x.c) })
 	liveRaws.Add(1)
 	return Raw{c}
 }

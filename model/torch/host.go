@@ -87,8 +87,8 @@ func (r Raw) Bytes() []byte {
 	if n == 0 {
 		return nil
 	}
-	ptr := lib.AtDataPtr(r.c)
-	Check(ts.TorchErr())
+	var ptr unsafe.Pointer
+	checked(func() { ptr = lib.AtDataPtr(r.c) })
 	return unsafe.Slice((*byte)(ptr), n)
 }
 

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	lib "github.com/sugarme/gotch/libtch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // The tied embedding of Qwen2.5-0.5B (vocab × hidden, 544 MB of float32) got three
@@ -55,8 +54,8 @@ func (x Raw) LinearInPlaceGrad(w Raw) Raw {
 
 // RequiresGrad reports whether autograd tracks x.
 func (x Raw) RequiresGrad() bool {
-	r := lib.AtRequiresGrad(x.c)
-	Check(ts.TorchErr())
+	var r bool
+	checked(func() { r = lib.AtRequiresGrad(x.c) })
 	return r
 }
 

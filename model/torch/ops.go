@@ -3,7 +3,6 @@ package torch
 import (
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // The tensor ops of the hot paths call libtch directly. gotch's generated wrappers
@@ -82,8 +81,7 @@ func (x Raw) Contiguous() Raw {
 // CopyFrom copies src into x in place, broadcasting and converting dtype and device as
 // copy_ does. gotch's own Copy_ exits the process on a libtorch error; this panics.
 func (x Raw) CopyFrom(src Raw) {
-	lib.AtCopy_(x.c, src.c)
-	Check(ts.TorchErr())
+	checked(func() { lib.AtCopy_(x.c, src.c) })
 }
 
 // Square is x².

@@ -38,8 +38,7 @@ func Of(t *ts.Tensor) Raw { return Raw{lib.Ctensor(t.Ctensor())} }
 // call runs one libtch op that writes a new tensor handle into *out.
 func call(f func(out *lib.Ctensor)) Raw {
 	var out lib.Ctensor
-	f(&out)
-	Check(ts.TorchErr())
+	checked(func() { f(&out) })
 	liveRaws.Add(1)
 	return Raw{out}
 }
@@ -48,8 +47,7 @@ func call(f func(out *lib.Ctensor)) Raw {
 // that handle is freed here (gotch's generated wrappers leak it).
 func inplace(f func(out *lib.Ctensor)) {
 	var out lib.Ctensor
-	f(&out)
-	Check(ts.TorchErr())
+	checked(func() { f(&out) })
 	lib.AtFree(out)
 }
 
@@ -79,8 +77,7 @@ func (r Raw) Size() []int64 {
 		return nil
 	}
 	s := make([]int64, n)
-	lib.AtShape(r.c, unsafe.Pointer(&s[0]))
-	Check(ts.TorchErr())
+	checked(func() { lib.AtShape(r.c, unsafe.Pointer(&s[0])) })
 	return s
 }
 
