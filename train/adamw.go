@@ -7,6 +7,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"unsafe"
 
 	"github.com/sugarme/gotch/ts"
@@ -263,6 +264,11 @@ func (o *AdamW) LendGrads() (err error) {
 // values, parameters, state or schedule) and returns ErrNonFinite, so the caller can
 // stop and keep the previous checkpoint.
 func (o *AdamW) Step() (st StepStats, err error) {
+	// The gradient norm and clip use gotch's generated ops, each of which reads
+	// libtch's thread-local error in a second cgo call: keep both on one OS thread
+	// (see model/torch's checked).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	k := o.steps + 1
 	defer torch.Catch(fmt.Sprintf("adamw step %d", k), &err)
 	has := o.adoptGrads()

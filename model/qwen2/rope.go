@@ -1,6 +1,8 @@
 package qwen2
 
 import (
+	"runtime"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
@@ -23,6 +25,10 @@ type rope struct {
 // (RoFormer, https://arxiv.org/abs/2104.09864). It runs once per model, so it uses
 // gotch's generated ops despite their per-call slot leak (see model/torch/ops.go).
 func newRope(c Config, dtype gotch.DType, dev gotch.Device) *rope {
+	// Each generated op reads libtch's thread-local error in a second cgo call: keep
+	// both on one OS thread (see model/torch's checked).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	d := int64(c.HeadDim())
 	idx := torch.Must(ts.ArangeStartStep(ts.IntScalar(0), ts.IntScalar(d), ts.IntScalar(2), gotch.Int64, gotch.CPU))
 	e := torch.Must(idx.Totype(gotch.Float, true))
