@@ -230,3 +230,32 @@ func TestEngineLimits(t *testing.T) {
 		t.Errorf("NewEngine(max_rows 0) = %v, want ErrEngineConfig", err)
 	}
 }
+
+// TestEngineUnderCollector runs the engine cases (rows joining and leaving, the running
+// cache repacked as they do) in float32 and bfloat16, once quietly and once while
+// another goroutine runs the garbage collector and hands gotch tensors to their
+// finalizers (collectorPressure): the completions must be identical. See
+// TestGenerateUnderCollector.
+func TestEngineUnderCollector(t *testing.T) {
+	for _, dt := range []string{"float32", "bfloat16"} {
+		m := newTestModel(t, testConfig(), Options{DType: dt})
+		run := func() []Completion {
+			e, err := m.NewEngine(DefaultEngineConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			out, _, _ := runEngine(t, e, engineCases(), nil)
+			return out
+		}
+		quiet := run()
+		stop := collectorPressure()
+		loud := run()
+		stop()
+		for i := range quiet {
+			if diff := cmp.Diff(quiet[i], loud[i]); diff != "" {
+				t.Errorf("%s case %d: completion changed under the collector (-quiet +loud):\n%s", dt, i, diff)
+			}
+		}
+	}
+}
