@@ -32,10 +32,9 @@ func (in Inputs) prompts() string {
 
 // example is one turn of an oracle trajectory as a training pair.
 type example struct {
-	UID      string
-	Turn     int
-	Context  []int64
-	Response []int64
+	UID  string
+	Turn int
+	qwen2.Pair
 }
 
 func (e *example) len() int { return len(e.Context) + len(e.Response) }
@@ -121,7 +120,7 @@ func replay(p *protocol.Protocol, tok protocol.Tokenizer, cfg protocol.Config, q
 				return nil, fmt.Errorf("question %s turn %d: %w", q.UID, t, err)
 			}
 		}
-		out = append(out, example{UID: q.UID, Turn: t, Context: qwen2.Tokens(c.IDs()), Response: qwen2.Tokens(ids)})
+		out = append(out, example{UID: q.UID, Turn: t, Pair: qwen2.Pair{Context: qwen2.Tokens(c.IDs()), Response: qwen2.Tokens(ids)}})
 	}
 	return out, nil
 }
@@ -158,7 +157,7 @@ type batch struct {
 func (b batch) pairs(examples []example) []qwen2.Pair {
 	out := make([]qwen2.Pair, len(b.Examples))
 	for i, j := range b.Examples {
-		out[i] = qwen2.Pair{Context: examples[j].Context, Response: examples[j].Response}
+		out[i] = examples[j].Pair
 	}
 	return out
 }

@@ -28,7 +28,7 @@ func TestSharePrefixes(t *testing.T) {
 		tokens := 0
 		for _, j := range b.Examples {
 			e := r.examples[j]
-			pairs = append(pairs, qwen2.Pair{Context: e.Context, Response: e.Response})
+			pairs = append(pairs, e.Pair)
 			tokens += e.len()
 		}
 		lengths, _ := qwen2.TreeShape(pairs, true)

@@ -12,7 +12,7 @@ func heldOutLoss(m *qwen2.Model, examples []example, budget, chunk int) (float64
 	}
 	pairs := make([]qwen2.Pair, len(examples))
 	for i, e := range examples {
-		pairs[i] = qwen2.Pair{Context: e.Context, Response: e.Response}
+		pairs[i] = e.Pair
 	}
 	scored, err := m.LogProbs(pairs, qwen2.ScoreConfig{TokenBudget: budget, Chunk: chunk})
 	if err != nil {
