@@ -43,7 +43,7 @@ func (t NLLStep) Pass(batch []qwen2.Pair) Pass {
 	for i, e := range batch {
 		pairs[i] = scored(e, t.ContextWeight > 0)
 	}
-	return passOf(pairs, t.SharePrefixes && !t.GradCheckpoint, t.ContextWeight > 0)
+	return passOf(pairs, TreePass(t.SharePrefixes, t.GradCheckpoint), t.ContextWeight > 0)
 }
 
 func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {

@@ -56,7 +56,7 @@ func (t PPOStep) Pass(batch []*Sequence) Pass {
 	for i, s := range batch {
 		pairs[i] = s.Pair()
 	}
-	return passOf(pairs, t.SharePrefixes && !t.GradCheckpoint, false)
+	return passOf(pairs, TreePass(t.SharePrefixes, t.GradCheckpoint), false)
 }
 
 func (t PPOStep) micro(batch []*Sequence, divisor float64) (st Stats, err error) {
@@ -152,13 +152,17 @@ func scores(m *qwen2.Model, pairs []qwen2.Pair, cfg qwen2.ScoreConfig, checkpoin
 	switch {
 	case checkpoint:
 		return m.LogProbTensorCheckpointed(pairs, cfg)
-	case share:
+	case TreePass(share, checkpoint):
 		lp, ent, err = m.TreeLogProbTensor(pairs, cfg)
 	default:
 		lp, ent, err = m.LogProbTensor(pairs, cfg)
 	}
 	return lp, ent, nil, err
 }
+
+// TreePass reports whether a step that shares prefixes runs a tree pass: a checkpointed
+// pass recomputes its layers over plain packed rows and does not share.
+func TreePass(share, checkpoint bool) bool { return share && !checkpoint }
 
 // backward backpropagates loss into the weights' gradients: through ck's recomputation
 // when the pass was checkpointed, else through the graph autograd kept.

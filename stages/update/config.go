@@ -88,8 +88,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// shares reports whether the passes share prefixes: a checkpointed pass does not.
-func (c Config) shares() bool { return c.SharePrefixes && !c.GradCheckpoint }
+// shares reports whether the passes share prefixes (train.TreePass).
+func (c Config) shares() bool { return train.TreePass(c.SharePrefixes, c.GradCheckpoint) }
 
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {
