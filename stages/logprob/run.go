@@ -80,10 +80,17 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 		reuseRef:     spec.Inputs[n-2].Digest == spec.Inputs[n-1].Digest}
 	defer st.drop()
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindLogprobs, format.LogprobsVersion
-	spec.Config, spec.Shards, spec.Summarize = cfg, rolls.Len(), summarize
-	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
+	spec.Config, spec.Shards = cfg, rolls.Len()
+	spec.Summarize = func(dir string, outputs []format.Output) (map[string]float64, error) {
+		return summarize(dir, outputs, rolls)
+	}
+	res, err := jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		return st.shard(rolls, w)
 	})
+	if err == nil && res.Manifest != nil {
+		warnDrift(log, res.Manifest.Metrics)
+	}
+	return res, err
 }
 
 // state holds what the shards share: the models and golds, loaded once on first use.

@@ -68,6 +68,12 @@ func TestRunOldMatchesSampling(t *testing.T) {
 	if m := res.Manifest.Metrics; m["turns"] != float64(len(rows)) || m["memory_turns"] != float64(memories) {
 		t.Errorf("manifest metrics turns %v memory_turns %v, want %d and %d", m["turns"], m["memory_turns"], len(rows), memories)
 	}
+	if v, ok := res.Manifest.Metrics["sampling_drift_max"]; !ok || v > 1e-4 {
+		t.Errorf("manifest sampling_drift_max %v (present %v), want <= 1e-4", v, ok)
+	}
+	if strings.Contains(log.String(), "sampling log-probs differ") {
+		t.Errorf("log warns of drift on rollouts sampled from the policy:\n%s", log.String())
+	}
 	if !strings.Contains(log.String(), "reusing the old log-probs") {
 		t.Errorf("log does not say the reference pass was skipped:\n%s", log.String())
 	}
@@ -85,6 +91,23 @@ func TestRunOldMatchesSampling(t *testing.T) {
 		if r.PMem != nil || r.PFull != nil {
 			t.Fatalf("%s: memory pass off, yet p_mem %v p_full %v", key(r), r.PMem, r.PFull)
 		}
+	}
+}
+
+// TestRunWarnsOnDrift: scoring rollouts sampled at temperature 1 as if sampled at
+// 0.1 puts the old log-probs nats away from the sampling ones; the manifest reports the
+// gap and the log warns.
+func TestRunWarnsOnDrift(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	var log bytes.Buffer
+	cfg := testConfig()
+	cfg.Temperature = 0.1
+	res, _ := f.run(t, cfg, "logprobs", jobs.Spec{Log: slog.New(slog.NewTextHandler(&log, nil))})
+	if v := res.Manifest.Metrics["sampling_drift_max"]; v <= DriftWarn {
+		t.Errorf("sampling_drift_max %v at the wrong temperature, want above %v", v, DriftWarn)
+	}
+	if !strings.Contains(log.String(), "sampling log-probs differ") {
+		t.Errorf("log does not warn of the drift:\n%s", log.String())
 	}
 }
 

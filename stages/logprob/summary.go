@@ -18,21 +18,40 @@ type memSplit struct {
 // the answer without opening a shard. Figures are split by what the memory holds
 // (format.Logprob.Holds), and auc_*_all_vs_none says how well P_mem and R^M = P_mem − P_full rank
 // memories holding every gold answer above those holding none (0.5 is chance) — whether
-// the memory reward measures what MemPO claims it measures.
-func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
+// the memory reward measures what MemPO claims it measures. With rolls, the rollouts
+// shard i of outputs scored, it also reports the sampling drift (see drift).
+func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[string]float64, error) {
 	var turns, memories, above, sumMem, sumFull, oldTokens, sumOld float64
+	var gap drift
 	split := map[string]*memSplit{}
 	for _, h := range format.HoldsClasses {
 		split[h] = &memSplit{}
 	}
-	for _, o := range outputs {
+	for i, o := range outputs {
 		path := filepath.Join(dir, o.File)
 		r, err := format.OpenFile[format.Logprob](path)
 		if err != nil {
 			return nil, fmt.Errorf("summarize %s: %w", path, err)
 		}
-		for r.Next() {
+		var rollouts []format.Rollout
+		if rolls != nil {
+			if rollouts, err = readShard(rolls, i); err != nil {
+				r.Close()
+				return nil, fmt.Errorf("summarize %s: %w", path, err)
+			}
+		}
+		for j := 0; r.Next(); j++ {
 			row := r.Row()
+			if rolls != nil {
+				err := fmt.Errorf("more rows than rollouts shard %d has (%d)", i, len(rollouts))
+				if j < len(rollouts) {
+					err = gap.add(&rollouts[j], &row)
+				}
+				if err != nil {
+					r.Close()
+					return nil, fmt.Errorf("summarize %s: %w", path, err)
+				}
+			}
 			turns++
 			for _, v := range row.OldLogprobs {
 				sumOld += float64(v)
@@ -60,6 +79,7 @@ func summarize(dir string, outputs []format.Output) (map[string]float64, error) 
 		}
 	}
 	out := map[string]float64{"turns": turns, "memory_turns": memories}
+	gap.figures(out)
 	if oldTokens > 0 {
 		out["old_logprob_mean"] = sumOld / oldTokens
 	}

@@ -33,7 +33,7 @@ func TestSummarizeSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := summarize(dir, d.Manifest.Outputs)
+	got, err := summarize(dir, d.Manifest.Outputs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,5 +49,47 @@ func TestSummarizeSplit(t *testing.T) {
 		if g, ok := got[name]; !ok || math.Abs(g-want) > 1e-6 {
 			t.Errorf("summary[%q] = %v (present %v), want %v", name, g, ok, want)
 		}
+	}
+}
+
+// TestSummarizeDrift: the mean and largest |sampling − old| over the tokens of rows
+// paired by position with their rollouts, rows without sampling log-probs skipped; a
+// row out of step with its rollout is an error.
+func TestSummarizeDrift(t *testing.T) {
+	roll := func(turn int32, lp ...float32) format.Rollout {
+		ids := make([]int32, len(lp))
+		return format.Rollout{UID: "q", Turn: turn, PromptIDs: []int32{1}, ResponseIDs: ids, SamplingLogprobs: lp}
+	}
+	lp := func(turn int32, old ...float32) format.Logprob {
+		return format.Logprob{UID: "q", Turn: turn, OldLogprobs: old, RefLogprobs: old, Objectives: 1}
+	}
+	base := t.TempDir()
+	write := func(name string, rows any) *format.Dataset {
+		var d *format.Dataset
+		var err error
+		switch rows := rows.(type) {
+		case []format.Rollout:
+			d, err = formattest.WriteDataset(filepath.Join(base, name), "test", [][]format.Rollout{rows})
+		case []format.Logprob:
+			d, err = formattest.WriteDataset(filepath.Join(base, name), "test", [][]format.Logprob{rows})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	rolls := write("rollouts", []format.Rollout{roll(0, -1, -0.5), {UID: "q", Turn: 1, PromptIDs: []int32{1}, ResponseIDs: []int32{0}}, roll(2, -2)})
+	scored := write("lp", []format.Logprob{lp(0, -1.25, -0.5), lp(1, -9), lp(2, -0.5)})
+	got, err := summarize(scored.Dir, scored.Manifest.Outputs, rolls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Gaps 0.25, 0 and 1.5 over three tokens; turn 1 has no sampling log-probs.
+	if got["sampling_drift_mean"] != 1.75/3 || got["sampling_drift_max"] != 1.5 {
+		t.Errorf("drift mean %v max %v, want %v and 1.5", got["sampling_drift_mean"], got["sampling_drift_max"], 1.75/3)
+	}
+	skewed := write("skewed", []format.Logprob{lp(0, -1, -0.5), lp(2, -2), lp(1, -9)})
+	if _, err := summarize(skewed.Dir, skewed.Manifest.Outputs, rolls); err == nil {
+		t.Errorf("summarize of rows out of step with the rollouts: nil error")
 	}
 }
