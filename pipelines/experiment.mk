@@ -40,7 +40,7 @@ SCORE_FLAGS_subem   ?= --reward subem-mean
 SCORE_FLAGS ?= --reward em-all
 ITERS       ?= 5
 TASK_FLAGS  ?= --train 3000 --test 128 --test-k 2,4 --no-year-questions --two-hop-rate 0.25
-EVAL_FLAGS  ?= --limit 128 --max-turns 8 --max-new-tokens 64 --threads 1
+EVAL_FLAGS  ?= --limit 128 --max-turns 8 --max-new-tokens 64 --threads 1 --dtype $(EVAL_DTYPE)
 
 include pipelines/embedded.mk
 

@@ -49,7 +49,7 @@ func (d *drift) add(r *format.Rollout, l *format.Logprob) error {
 // warnDrift logs a warning when a summary's largest drift passes DriftWarn.
 func warnDrift(log *slog.Logger, m map[string]float64) {
 	if v, ok := m["sampling_drift_max"]; ok && v > DriftWarn {
-		log.Warn("sampling log-probs differ from the old pass's: the rollouts were not sampled from this policy's distribution at this temperature, or a kernel computed one of them wrongly; PPO's ratios start off 1",
+		log.Warn("sampling log-probs differ from the old pass's: the rollouts were not drawn from the distribution PPO takes them from (another checkpoint or temperature, or a kernel computed one of the two wrongly)",
 			"sampling_drift_max", v, "sampling_drift_mean", m["sampling_drift_mean"], "threshold", DriftWarn)
 	}
 }
