@@ -23,7 +23,7 @@ var tiny = []string{
 	"ROLLOUT_FLAGS=--n 2 --max-turns 3 --max-new-tokens 16 --threads 1",
 	"LOGPROB_FLAGS=--threads 1",
 	"UPDATE_FLAGS=--lr 1e-4 --mini-batches 1 --threads 1",
-	"EVAL_FLAGS=--limit 2 --max-turns 3 --max-new-tokens 16 --threads 1",
+	"EVAL_FLAGS=--limit 2 --max-turns 3 --max-new-tokens 16 --threads 1 --dtype float32",
 	"STAGE_FLAGS=--progress none --log-level warn",
 }
 
@@ -88,6 +88,26 @@ func TestPipeline(t *testing.T) {
 		rolls := filepath.Join(run, v, "iter-1", "rollouts")
 		if out, err := exec.Command(filepath.Join(bin, "mempo"), "verify", rolls).CombinedOutput(); err != nil {
 			t.Errorf("mempo verify %s: %v\n%s", rolls, err, out)
+		}
+	}
+
+	// The log-prob stage compares the sampling log-probs the rollout binary really wrote
+	// with its old pass: both are the same bfloat16 policy at temperature 1, so the gap is
+	// rounding, below the stage's warning threshold (logprob.DriftWarn, 1 nat).
+	for _, v := range []string{"mempo", "grpo"} {
+		for _, it := range []string{"iter-1", "iter-2"} {
+			path := filepath.Join(run, v, it, "logprobs", "_manifest.json")
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m struct{ Metrics map[string]float64 }
+			if err := json.Unmarshal(data, &m); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if d, ok := m.Metrics["sampling_drift_max"]; !ok || d >= 1 {
+				t.Errorf("%s: sampling_drift_max %v (present %v), want below 1", path, d, ok)
+			}
 		}
 	}
 

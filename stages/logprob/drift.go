@@ -62,7 +62,7 @@ func (d *drift) figures(out map[string]float64) {
 	}
 }
 
-// readShard is shard i of the rollouts.
+// readShard reads shard i of the rollouts whole.
 func readShard(rolls *format.Dataset, i int) ([]format.Rollout, error) {
 	rd, err := format.OpenShard[format.Rollout](rolls, i)
 	if err != nil {

@@ -245,11 +245,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		return err
 	}
 	file := rolls.Path(w.Shard)
-	rd, err := format.OpenShard[format.Rollout](rolls, w.Shard)
-	if err != nil {
-		return fmt.Errorf("logprob: %w", err)
-	}
-	rows, err := format.ReadAll(rd)
+	rows, err := readShard(rolls, w.Shard)
 	if err != nil {
 		return fmt.Errorf("logprob: %w", err)
 	}

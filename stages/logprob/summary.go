@@ -43,9 +43,10 @@ func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[
 		for j := 0; r.Next(); j++ {
 			row := r.Row()
 			if rolls != nil {
-				err := fmt.Errorf("more rows than rollouts shard %d has (%d)", i, len(rollouts))
 				if j < len(rollouts) {
 					err = gap.add(&rollouts[j], &row)
+				} else {
+					err = fmt.Errorf("more rows than rollouts shard %d has (%d)", i, len(rollouts))
 				}
 				if err != nil {
 					r.Close()
