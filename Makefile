@@ -55,9 +55,11 @@ check-cuda-build:
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
 test: test-build fixtures test-pure test-torch test-ecosystem
 
-# The libtorch fetch fails with a clear message (stand-in pip, no network used).
+# The libtorch fetch fails with a clear message (stand-in pip, no network used), and
+# bench-compare's requirements file parses.
 test-build:
 	@build/libtorch_test.sh
+	@build/bench_compare/requirements_test.sh
 
 # view/'s browser tests use the Chromium build/chromium.sh finds or installs (or skip without one).
 test-pure:
