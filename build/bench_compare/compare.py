@@ -298,7 +298,18 @@ def logprobs_15b(b):
 
 @workload("OldPass", [2])
 def old_pass(b):
-    m, c = b.model("tiny")
+    return old_pass_on(b, "tiny", None)
+
+
+@workload("OldPass05BShape2L", [2])
+def old_pass_05b(b):
+    return old_pass_on(b, "qwen2.5-0.5b-shape", 2)
+
+
+def old_pass_on(b, preset, layers):
+    """The old pass's rows in right-padded budget batches, as PyTorch eager (and verl's
+    actor) scores them: every row's whole context is computed."""
+    m, c = b.model(preset, layers)
     rows = old_pass_rows()
     lengths = [x + y for x, y in rows]
     batches = []
@@ -502,6 +513,8 @@ ROWS = [
     ("log-probs + entropy", "tiny 16×(64+64)", "LogProbsTiny", "best-tokens/s"),
     ("old log-prob pass (stage, bounded heap)", "tiny, 80 rows, 27040 tokens", "OldPass/heap=bounded", "best-tokens/s"),
     ("old log-prob pass (glibc heap)", "tiny, 80 rows, 27040 tokens", "OldPass/heap=default", "best-tokens/s"),
+    ("old log-prob pass (stage, bounded heap)", "0.5B-shaped 2 layers, 80 rows, 27040 tokens",
+     "OldPass05BShape2L/heap=bounded", "best-tokens/s"),
     ("decode vs `generate` (top-p 0.9)", "tiny, batch 8, 64+32", "DecodeTiny", "best-tokens/s"),
     ("decode vs `generate` (top-p 0.9)", "tiny, batch 16, 64+32", "DecodeTiny16", "best-tokens/s"),
     ("update fwd+bwd", "0.5B-shaped 2 layers, 2×256", "Update05BShape2L", "best-tokens/s"),

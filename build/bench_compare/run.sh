@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 ITERS=${ITERS:-3}
-BENCH=${BENCH:-ForwardTiny|Forward05BShape2L|LogProbsTiny|OldPass|DecodeTiny|DecodeTiny16|Update05BShape2L|UpdateAdamW05BShape2L|AdamWStep05BShape2L}
+BENCH=${BENCH:-ForwardTiny|Forward05BShape2L|LogProbsTiny|OldPass|OldPass05BShape2L|DecodeTiny|DecodeTiny16|Update05BShape2L|UpdateAdamW05BShape2L|AdamWStep05BShape2L}
 DTYPE=${DTYPE:-float32}
 out=$root/runs/bench-compare
 table=$out/table.md

@@ -172,24 +172,41 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 // (torchtest.DType), on 2 threads over benchRollouts(2, 8, 5): 80 turns of the tiny
 // preset (seed 1), 16 of 150 + 60 tokens and 64 of 310 + 60, 27040 tokens in all.
 // heap=default runs under glibc's malloc defaults, heap=bounded under torch.BoundHeap
-// as Run sets it; the bound cannot be undone, so it runs second and this benchmark
-// stays last in the package's first file. tokens/s counts context and response
-// tokens; gemm-fraction counts no padding.
+// as Run sets it; the bound cannot be undone, so it runs second and this benchmark and
+// BenchmarkOldPass05BShape2L stay last in the package's first file. tokens/s counts
+// context and response tokens; gemm-fraction counts no padding.
 func BenchmarkOldPass(b *testing.B) {
 	for _, heap := range []string{"default", "bounded"} {
 		b.Run("heap="+heap, func(b *testing.B) {
 			if heap == "bounded" {
 				torch.BoundHeap()
 			}
-			torchtest.ForThreads(b, []int{2}, benchOldPass)
+			torchtest.ForThreads(b, []int{2}, func(b *testing.B) { benchOldPass(b, "tiny", 0) })
 		})
 	}
 }
 
-func benchOldPass(b *testing.B) {
-	c, err := qwen2.Preset("tiny", 0)
+// BenchmarkOldPass05BShape2L is BenchmarkOldPass's stage run (bounded heap) on the same
+// 80 turns at Qwen2.5-0.5B's widths and 151936-token vocabulary with two layers, where
+// the head over the 4800 response tokens is about half the work and the context
+// prefixes the trees share (each question's 150-token prompt, read by 40 turns) most of
+// the rest.
+func BenchmarkOldPass05BShape2L(b *testing.B) {
+	b.Run("heap=bounded", func(b *testing.B) {
+		torch.BoundHeap()
+		torchtest.ForThreads(b, []int{2}, func(b *testing.B) { benchOldPass(b, "qwen2.5-0.5b-shape", 2) })
+	})
+}
+
+// benchOldPass times PrefixLogProbs over benchRollouts(2, 8, 5) on a model of preset
+// (its first layers layers when layers > 0) initialised with seed 1.
+func benchOldPass(b *testing.B, preset string, layers int) {
+	c, err := qwen2.Preset(preset, 0)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if layers > 0 {
+		c.NumLayers, c.MaxWindowLayers = layers, layers
 	}
 	m, err := qwen2.New(c, qwen2.Options{Device: torchtest.Device(), DType: torchtest.DType()})
 	if err != nil {
