@@ -55,11 +55,13 @@ check-cuda-build:
 # Pure-Go packages build and pass with cgo off; then everything, with libtorch.
 test: test-build fixtures test-pure test-torch test-ecosystem
 
-# The libtorch fetch fails with a clear message (stand-in pip, no network used), and
-# bench-compare's requirements file parses.
+# The libtorch fetch fails with a clear message (stand-in pip, no network used),
+# bench-compare's requirements file parses, and the targets that run every package's
+# tests or benchmarks fetch the fixtures.
 test-build:
 	@build/libtorch_test.sh
 	@build/bench_compare/requirements_test.sh
+	@build/make_test.sh
 
 # view/'s browser tests use the Chromium build/chromium.sh finds or installs (or skip without one).
 test-pure:
@@ -77,7 +79,7 @@ test-torch: libtorch
 test-ecosystem: libtorch
 	@MAKE="$(MAKE)" build/ecosystem/check.sh
 
-bench: libtorch
+bench: libtorch fixtures
 	$(GO_TORCH) test -run '^$$' -bench . -benchtime 3x ./...
 
 # The README's speed table: mempo's benchmarks against PyTorch/transformers on the same shapes and
