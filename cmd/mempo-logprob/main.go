@@ -39,6 +39,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Float64(&cfg.Temperature, cli.Float64Flag{Name: "temperature", Category: "Log-probs", Usage: "the rollouts' sampling temperature; divides the logits of the old and reference passes"}),
 		app.Bool(&cfg.MemoryPass, cli.BoolFlag{Name: "memory-pass", Category: "Log-probs", Usage: "compute p_mem and p_full for every turn with a memory (--memory-pass=false leaves them null)"}),
 		torchflag.Device(&cfg.Device),
+		torchflag.DType(&cfg.DType),
 		torchflag.Threads(),
 	})
 }

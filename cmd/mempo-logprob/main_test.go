@@ -13,7 +13,7 @@ import (
 // resolves to the same config, the protocol's answer tag and probe included.
 func TestConfigReplay(t *testing.T) {
 	want := logprob.DefaultConfig()
-	want.TokenBudget, want.Chunk, want.Temperature, want.MemoryPass, want.Device = 4096, 64, 0.5, false, "cpu"
+	want.TokenBudget, want.Chunk, want.Temperature, want.MemoryPass, want.Device, want.DType = 4096, 64, 0.5, false, "cpu", "float32"
 	want.AnswerOpen, want.AnswerSeparator, want.Probe = "<ans>", " | ", "<think>done</think>"
 	got := command{cfg: logprob.DefaultConfig()}
 	apptest.Replay(t, got.flags(), want, "--rollouts", "x", "--policy", "p", "--ref", "r")

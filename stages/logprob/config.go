@@ -50,6 +50,11 @@ type Config struct {
 	// Device is where the models run: "cpu", "cuda" or "cuda:N". It is keyed because
 	// kernels differ in the last bits between devices.
 	Device string `json:"device"`
+	// DType is the precision the policy and the reference are scored in: float32,
+	// bfloat16 or float16; empty keeps each checkpoint's. Rollouts decoded in another
+	// precision than their checkpoint's (an evaluation in float32 of a bfloat16 policy)
+	// are scored in theirs with it.
+	DType string `json:"dtype,omitempty"`
 	// AnswerOpen is the protocol's answer tag; the memory pass teacher-forces the gold
 	// answer after it.
 	AnswerOpen string `json:"answer_open"`

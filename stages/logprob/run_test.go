@@ -111,6 +111,31 @@ func TestRunWarnsOnDrift(t *testing.T) {
 	}
 }
 
+// TestRunDType: with a dtype the models are scored in that precision: the fixture's
+// float32 policy scored in bfloat16 gives other old log-probs, within bfloat16's
+// rounding of the float32 ones, under another cache key, and the manifest's config
+// records it.
+func TestRunDType(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	base, want := f.run(t, testConfig(), "float32", jobs.Spec{})
+	cfg := testConfig()
+	cfg.DType = "bfloat16"
+	res, got := f.run(t, cfg, "bfloat16", jobs.Spec{})
+	if res.Manifest.CacheKey == base.Manifest.CacheKey {
+		t.Errorf("dtype bfloat16 kept the float32 run's cache key")
+	}
+	if !strings.Contains(string(res.Manifest.Config), `"dtype":"bfloat16"`) {
+		t.Errorf("manifest config %s does not record the dtype", res.Manifest.Config)
+	}
+	var most float64
+	for i := range got {
+		most = max(most, maxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs))
+	}
+	if !(most > 0 && most < 0.5) {
+		t.Errorf("bfloat16 old log-probs differ from float32 ones by at most %g, want rounding: above 0, below 0.5", most)
+	}
+}
+
 // TestRunRefPass: a reference with other weights gets its own pass, equal to scoring
 // the rollouts with that model directly.
 func TestRunRefPass(t *testing.T) {
