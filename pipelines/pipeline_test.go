@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mempo/mempo/format"
 )
 
 // tiny sizes the whole DAG to run in about a minute: a small world, a few SFT steps,
@@ -96,17 +98,13 @@ func TestPipeline(t *testing.T) {
 	// rounding, below the stage's warning threshold (logprob.DriftWarn, 1 nat).
 	for _, v := range []string{"mempo", "grpo"} {
 		for _, it := range []string{"iter-1", "iter-2"} {
-			path := filepath.Join(run, v, it, "logprobs", "_manifest.json")
-			data, err := os.ReadFile(path)
+			dir := filepath.Join(run, v, it, "logprobs")
+			m, err := format.ReadManifest(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var m struct{ Metrics map[string]float64 }
-			if err := json.Unmarshal(data, &m); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
 			if d, ok := m.Metrics["sampling_drift_max"]; !ok || d >= 1 {
-				t.Errorf("%s: sampling_drift_max %v (present %v), want below 1", path, d, ok)
+				t.Errorf("%s: sampling_drift_max %v (present %v), want below 1", dir, d, ok)
 			}
 		}
 	}
