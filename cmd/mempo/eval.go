@@ -126,6 +126,9 @@ func (e *evalCmd) rollout(ctx context.Context, j eval.Job, spec jobs.Spec) error
 // CPU: there libtorch 2.1.2's bfloat16 products have decoded wrongly, silently, or
 // crashed (README, known defect), so an evaluation is safer in float32.
 func (e *evalCmd) warnBFloat16(name, dir string, log *slog.Logger) {
+	if e.roll.Device != "cpu" || e.warned[name] {
+		return
+	}
 	dtype := e.roll.DType
 	if dtype == "" {
 		c, err := qwen2.ReadConfig(filepath.Join(dir, qwen2.ConfigFile))
@@ -134,7 +137,7 @@ func (e *evalCmd) warnBFloat16(name, dir string, log *slog.Logger) {
 		}
 		dtype = c.TorchDType
 	}
-	if dtype != "bfloat16" || e.roll.Device != "cpu" || e.warned[name] {
+	if dtype != "bfloat16" {
 		return
 	}
 	if e.warned == nil {
