@@ -201,21 +201,28 @@ func freeRaws(xs ...torch.Raw) {
 func (o *AdamW) adoptGrads() (has []bool) {
 	has = make([]bool, len(o.params))
 	for i, h := range o.handles {
-		s := &o.slots[i]
-		defined, same := h.GradIs(s.grad)
-		if !defined {
-			continue
-		}
-		if !same {
-			g := h.Grad()
-			s.grad.CopyFrom(g)
-			g.Free()
-			h.AttachGrad(s.grad)
+		var copied bool
+		if has[i], copied = AdoptGrad(h, o.slots[i].grad); copied {
 			o.adopted++
 		}
-		has[i] = true
 	}
 	return has
+}
+
+// AdoptGrad makes view the gradient of the parameter h, as AdamW does with the views
+// into its flat buffer: a view lent earlier and accumulated into in place is kept; a
+// gradient libtorch allocated instead is copied into view, which replaces it. It
+// reports whether h has a gradient, and whether it was copied.
+func AdoptGrad(h, view torch.Raw) (defined, copied bool) {
+	defined, same := h.GradIs(view)
+	if !defined || same {
+		return defined, false
+	}
+	g := h.Grad()
+	view.CopyFrom(g)
+	g.Free()
+	h.AttachGrad(view)
+	return true, true
 }
 
 // releaseGrads leaves the parameters whose gradient is still a view into the flat

@@ -33,7 +33,42 @@ type NLLStep struct {
 // and their count; a non-finite loss is an error before any gradient. It runs on the
 // torch thread (torch.Do), as PPOStep.Micro does.
 func (t NLLStep) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
-	torch.Do(func() { loss, tokens, err = t.backward(batch) })
+	return t.BackwardPart(batch, t.Totals(batch))
+}
+
+// Totals are what a batch's objective divides by: its response tokens and, with a
+// context weight, the sum of its scored tokens' weights.
+type Totals struct {
+	Response int
+	Weight   float64
+}
+
+// Totals sums batch's divisors in the order Backward adds them, so that BackwardPart of
+// the whole batch is Backward bit for bit.
+func (t NLLStep) Totals(batch []qwen2.Pair) Totals {
+	var s Totals
+	for _, e := range batch {
+		s.Response += len(e.Response)
+		if t.ContextWeight <= 0 {
+			continue
+		}
+		for range len(scored(e, true).Response) - len(e.Response) {
+			s.Weight += t.ContextWeight
+		}
+		for range e.Response {
+			s.Weight++
+		}
+	}
+	return s
+}
+
+// BackwardPart runs part of a batch whose totals are whole: the part's terms of the
+// batch's objective, Σ weight·NLL over the part's tokens / whole's Σ weight,
+// backpropagated. The parts of a batch, each run so (in other processes, say), have
+// gradients and losses that add up to the batch's. It returns the part's response
+// NLL divided by whole's response tokens, and the part's response tokens.
+func (t NLLStep) BackwardPart(part []qwen2.Pair, whole Totals) (loss float64, tokens int, err error) {
+	torch.Do(func() { loss, tokens, err = t.backward(part, whole) })
 	return loss, tokens, err
 }
 
@@ -46,7 +81,10 @@ func (t NLLStep) Pass(batch []qwen2.Pair) Pass {
 	return passOf(pairs, TreePass(t.SharePrefixes, t.GradCheckpoint), t.ContextWeight > 0)
 }
 
-func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
+func (t NLLStep) backward(batch []qwen2.Pair, whole Totals) (loss float64, tokens int, err error) {
+	if whole.Response < 1 || (t.ContextWeight > 0 && !(whole.Weight > 0)) {
+		return 0, 0, fmt.Errorf("nll: totals %+v: want response tokens and a positive weight: %w", whole, ErrInput)
+	}
 	// libtorch keeps grad mode per OS thread; make sure it is on.
 	defer torch.SetGrad(torch.SetGrad(true))
 	pairs := make([]qwen2.Pair, len(batch))
@@ -74,7 +112,7 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 	resp := torch.FromHost(isResponse, shape, t.Model.Device())
 	live = append(live, row, resp)
 	// The response mean is what the held-out loss measures, whatever the weight.
-	respMean, v, err := AggregateTokens(row, resp, ppo.AggTokenMean, float64(tokens))
+	respMean, v, err := AggregateTokens(row, resp, ppo.AggTokenMean, float64(whole.Response))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -86,18 +124,16 @@ func (t NLLStep) backward(batch []qwen2.Pair) (loss float64, tokens int, err err
 	if t.ContextWeight > 0 {
 		// Weight w on a context token, 1 on a response token.
 		weights := make([]float32, len(isResponse))
-		var wsum float64
 		for i, r := range isResponse {
-			if r == 1 {
-				weights[i], wsum = 1, wsum+1
-			} else {
-				weights[i], wsum = float32(t.ContextWeight), wsum+t.ContextWeight
+			weights[i] = 1
+			if r != 1 {
+				weights[i] = float32(t.ContextWeight)
 			}
 		}
 		w := torch.FromHost(weights, shape, t.Model.Device())
 		weighted := torch.Must(row.Mul(w, false))
 		live = append(live, w, weighted)
-		if objective, _, err = AggregateTokens(weighted, w, ppo.AggTokenMean, wsum); err != nil {
+		if objective, _, err = AggregateTokens(weighted, w, ppo.AggTokenMean, whole.Weight); err != nil {
 			return 0, 0, err
 		}
 		live = append(live, objective)
