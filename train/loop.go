@@ -205,7 +205,7 @@ func (l Loop[M]) checkMemory(spec jobs.Spec, avail int64) error {
 	fmt.Fprintf(spec.Stdout, "%s: memory estimate on %s (%s): %s\n", l.Stage, dev, have, est)
 	spec.Log.Info("memory estimate", "device", dev, "available", avail, "total", est.Total(),
 		"weights", est.Weights, "gradients", est.Grads, "optimizer", est.Optimizer,
-		"activations", est.Activations, "logits", est.Logits, "transient", est.Transient)
+		"activations", est.Activations, "logits", est.Logits, "transient", est.Transient, "replicas", est.Replicas)
 	return est.Fit(avail, dev, l.BatchFlag)
 }
 

@@ -45,6 +45,20 @@ type Memory struct {
 	// log-softmax (and entropy). Transient: the largest short-lived tensors of the
 	// backward pass (attention-probability gradients, one chunk's logit gradients).
 	Activations, Logits, Transient int64
+	// Replicas: what data-parallel workers add (a caller sets it; see
+	// ReplicaMemory). The activations are then the shares' together: the whole batch's.
+	Replicas int64
+}
+
+// ReplicaMemory is what procs processes training one model data parallel
+// (train/dataparallel) hold besides one process's estimate m: each worker's copy of
+// the weights and its gradient region, and the shared copy of the weights, all of
+// the weights' dtype.
+func ReplicaMemory(m Memory, procs int) int64 {
+	if procs < 2 {
+		return 0
+	}
+	return int64(2*procs-1) * m.Weights
 }
 
 // EstimateMemory is the peak memory of one training step of a model of c (weights in
@@ -172,7 +186,7 @@ func PlanMemory(c qwen2.Config, s Shape, passes []Pass) Memory {
 
 // Total is the sum of the terms.
 func (m Memory) Total() int64 {
-	return m.Weights + m.Grads + m.Optimizer + m.Activations + m.Logits + m.Transient
+	return m.Weights + m.Grads + m.Optimizer + m.Activations + m.Logits + m.Transient + m.Replicas
 }
 
 // terms names the terms in the order String prints them.
@@ -186,6 +200,7 @@ func (m Memory) terms() []struct {
 	}{
 		{"weights", m.Weights}, {"gradients", m.Grads}, {"optimizer", m.Optimizer},
 		{"activations", m.Activations}, {"logits", m.Logits}, {"transient", m.Transient},
+		{"replicas", m.Replicas},
 	}
 }
 
@@ -205,6 +220,9 @@ func (m Memory) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s (", ByteSize(m.Total()))
 	for i, t := range m.terms() {
+		if t.name == "replicas" && t.v == 0 {
+			continue
+		}
 		if i > 0 {
 			sb.WriteString(", ")
 		}
@@ -256,6 +274,8 @@ func (m Memory) Fit(avail int64, where, batchFlag string) error {
 		if !m.Shape.GradCheckpoint {
 			fix += " or pass --grad-checkpoint, which recomputes the logits chunk by chunk"
 		}
+	case "replicas":
+		fix = "train with fewer --procs: each worker holds a copy of the weights and their gradients"
 	default:
 		static := m.Weights + m.Grads + m.Optimizer
 		if static >= avail {
@@ -270,6 +290,9 @@ func (m Memory) Fit(avail int64, where, batchFlag string) error {
 		if !m.Shape.GradCheckpoint {
 			fix += " or pass --grad-checkpoint"
 		}
+	}
+	if m.Replicas > 0 && name != "replicas" {
+		fix += fmt.Sprintf("; or train with fewer --procs (their replicas take %s)", ByteSize(m.Replicas))
 	}
 	return fmt.Errorf("memory estimate %s exceeds the %s available on %s; the largest term is %s (%s): %s: %w",
 		ByteSize(m.Total()), ByteSize(avail), where, name, ByteSize(v), fix, ErrMemory)

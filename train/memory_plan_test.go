@@ -83,3 +83,27 @@ func TestEstimateMemory7B(t *testing.T) {
 	}
 	t.Log(tab.String())
 }
+
+// TestReplicaMemory checks what data-parallel workers add to an estimate: nothing in
+// one process, and with three, two copies of the weights and their gradients and the
+// shared weights, in the total, the line and the advice when they do not fit.
+func TestReplicaMemory(t *testing.T) {
+	m := Memory{Weights: 100 << 20, Grads: 100 << 20, Optimizer: 600 << 20, Activations: 50 << 20}
+	if r := ReplicaMemory(m, 1); r != 0 {
+		t.Errorf("one process adds %d bytes, want 0", r)
+	}
+	if s := m.String(); strings.Contains(s, "replicas") {
+		t.Errorf("one process's estimate %q names replicas", s)
+	}
+	m.Replicas = ReplicaMemory(m, 3)
+	if m.Replicas != 500<<20 || m.Total() != 1350<<20 {
+		t.Errorf("three processes: replicas %d, total %d; want 500 MiB and 1350 MiB", m.Replicas, m.Total())
+	}
+	if s := m.String(); !strings.Contains(s, "replicas 500.0 MiB") {
+		t.Errorf("estimate %q does not name the replicas' 500 MiB", s)
+	}
+	err := m.Fit(1<<30, "cpu", "--batch-tokens")
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "--procs") {
+		t.Errorf("Fit in 1 GiB = %v, want ErrMemory advising fewer --procs", err)
+	}
+}

@@ -1,0 +1,282 @@
+// Package dataparallel trains one model with several processes on one machine, as
+// PyTorch's DistributedDataParallel does with one process per core: each step's batch
+// is cut into shares of about equal tokens, each process runs the forward and backward
+// passes of its share on its own copy of the model, and the leader, the training
+// process itself, adds the workers' gradients into its own before its optimizer step.
+// Only the leader's weights are updated, and they reach the workers through shared
+// memory before each step, so a worker holds no optimizer state and a resumed run
+// needs nothing from it. Each share is scored with the whole batch's divisors
+// (train.NLLStep.BackwardPart), so the gradients equal one process's to float
+// rounding.
+//
+// Why processes and not threads: at a small model's width two processes of one thread
+// outrun one process of two (the tiny preset's SFT: README), and libtorch 2.1.2's
+// bfloat16 products crash when two threads of one process run them at once (README,
+// known defects), while processes share no libtorch state.
+//
+// A worker is the leader's own executable started again, which must call ServeWorker
+// first thing in main.
+package dataparallel
+
+import (
+	"bufio"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train"
+)
+
+// ErrWorker marks a worker that could not start or failed.
+var ErrWorker = errors.New("data-parallel worker failed")
+
+// greetWithin is how long a started worker has to greet its leader.
+const greetWithin = 30 * time.Second
+
+// Config says how to start a group.
+type Config struct {
+	Procs   int           // processes in all, the leader included
+	Threads int           // libtorch threads of each worker; 0: the leader's count
+	Options qwen2.Options // what the workers build their replicas with: the leader's load options
+	Stderr  io.Writer     // the workers' standard error; nil: the leader's
+}
+
+// Group is the leader's side of the processes that train one model: the workers it
+// started and the memory it shares with them.
+type Group struct {
+	step    train.NLLStep // on the leader's model
+	params  []train.Param
+	handles []torch.Raw
+	layout  layout
+	mem     *mapping
+	weights views   // region 0
+	grads   []views // worker k's region k, at k-1
+	workers []*worker
+	failed  error // a worker failed: the group cannot go on
+}
+
+type worker struct {
+	rank int
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	enc  *gob.Encoder
+	dec  *gob.Decoder
+}
+
+// Start starts cfg.Procs−1 workers beside the leader, whose step is step (on the
+// leader's model, on the CPU). The caller must Close the group.
+func Start(step train.NLLStep, cfg Config) (g *Group, err error) {
+	if cfg.Procs < 2 {
+		return nil, fmt.Errorf("data parallel: %d processes, want at least 2", cfg.Procs)
+	}
+	if dev := step.Model.Device(); dev.IsCuda() {
+		return nil, fmt.Errorf("data parallel: the model is on %v; several processes train on the CPU only", dev)
+	}
+	conf, err := json.Marshal(step.Model.Config)
+	if err != nil {
+		return nil, err
+	}
+	g = &Group{step: step}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	for _, w := range step.Model.Weights() {
+		g.params = append(g.params, train.Param{Name: w.Key, T: w.Tensor})
+	}
+	g.handles = handles(g.params)
+	g.layout = layoutOf(g.params)
+	if g.mem, err = create(int64(cfg.Procs) * g.layout.Size); err != nil {
+		return nil, err
+	}
+	if g.weights, err = g.mem.views(g.layout, 0); err != nil {
+		return nil, err
+	}
+	threads := cfg.Threads
+	if threads <= 0 {
+		threads = torch.NumThreads()
+	}
+	for rank := 1; rank < cfg.Procs; rank++ {
+		v, err := g.mem.views(g.layout, rank)
+		if err != nil {
+			return nil, err
+		}
+		g.grads = append(g.grads, v)
+		w, err := g.start(rank, cfg.Stderr)
+		if err != nil {
+			return nil, err
+		}
+		s := setup{Rank: rank, Threads: threads, Config: conf, Options: cfg.Options, Layout: g.layout, Step: configOf(step)}
+		if err := w.enc.Encode(s); err != nil {
+			return nil, w.fail(err)
+		}
+	}
+	for _, w := range g.workers {
+		var r ready
+		if err := w.dec.Decode(&r); err != nil {
+			return nil, w.fail(err)
+		}
+		if r.Err != "" {
+			return nil, fmt.Errorf("worker %d: %s: %w", w.rank, r.Err, ErrWorker)
+		}
+	}
+	return g, nil
+}
+
+// start starts worker rank and waits for its greeting.
+func (g *Group) start(rank int, stderr io.Writer) (*worker, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("data parallel: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envWorker, rank))
+	cmd.ExtraFiles = []*os.File{g.mem.file}
+	cmd.Stderr = stderr
+	if stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("data parallel: start worker %d: %w", rank, err)
+	}
+	w := &worker{rank: rank, cmd: cmd, in: in, enc: gob.NewEncoder(in), dec: gob.NewDecoder(bufio.NewReader(out))}
+	g.workers = append(g.workers, w)
+	// A child that does not serve (an executable without ServeWorker) prints something
+	// else or nothing; it is killed after a while, which ends the read.
+	timer := time.AfterFunc(greetWithin, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	var h hello
+	if err := w.dec.Decode(&h); err != nil {
+		return nil, fmt.Errorf("%w (does %s call dataparallel.ServeWorker first thing in main?)", w.fail(err), exe)
+	}
+	return w, nil
+}
+
+// fail kills the worker after err broke its conversation, and says how it ended.
+func (w *worker) fail(err error) error {
+	w.cmd.Process.Kill()
+	w.in.Close()
+	w.cmd.Wait()
+	return fmt.Errorf("worker %d (pid %d, %v): %v: %w", w.rank, w.cmd.Process.Pid, w.cmd.ProcessState, err, ErrWorker)
+}
+
+// Backward runs one batch across the group, as step.Backward runs it in one process:
+// the leader's weights go to the workers, the batch is cut into shares of about equal
+// tokens (the leader's first), every process runs its share with the batch's totals,
+// and the workers' gradients are added into the leader's parameters' gradients, in
+// rank order. It returns the batch's loss and response tokens.
+func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
+	if g.failed != nil {
+		return 0, 0, g.failed
+	}
+	whole := g.step.Totals(batch)
+	costs := make([]int, len(batch))
+	for i, e := range batch {
+		costs[i] = len(e.Context) + len(e.Response)
+	}
+	bounds := cut(costs, len(g.workers)+1)
+	if err := g.publish(); err != nil {
+		return 0, 0, err
+	}
+	busy := g.workers[:len(bounds)-2]
+	for k, w := range busy {
+		if err := w.enc.Encode(work{Pairs: batch[bounds[k+1]:bounds[k+2]], Whole: whole}); err != nil {
+			g.failed = w.fail(err)
+			return 0, 0, g.failed
+		}
+	}
+	loss, tokens, err = g.step.BackwardPart(batch[bounds[0]:bounds[1]], whole)
+	// Every busy worker answers, whatever the leader's share did.
+	for _, w := range busy {
+		var d done
+		if derr := w.dec.Decode(&d); derr != nil {
+			g.failed = w.fail(derr)
+			return 0, 0, g.failed
+		}
+		if d.Err != "" && err == nil {
+			err = fmt.Errorf("worker %d: %s", w.rank, d.Err)
+		}
+		loss += d.Loss
+		tokens += d.Tokens
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return loss, tokens, g.gather(len(busy))
+}
+
+// publish copies the leader's weights into the shared weights region.
+func (g *Group) publish() (err error) {
+	torch.Do(func() {
+		defer torch.Catch("share the weights", &err)
+		defer torch.SetGrad(torch.SetGrad(false))
+		for i, p := range g.params {
+			g.weights.params[i].CopyFrom(torch.Of(p.T))
+		}
+	})
+	return err
+}
+
+// gather adds the gradients of the first n workers into the leader's, in rank order.
+// A parameter the leader's share left without a gradient gets a copy of the first
+// worker's.
+func (g *Group) gather(n int) (err error) {
+	torch.Do(func() {
+		defer torch.Catch("add the workers' gradients", &err)
+		defer torch.SetGrad(torch.SetGrad(false))
+		for _, v := range g.grads[:n] {
+			for i, h := range g.handles {
+				if defined, _ := h.GradIs(torch.None); !defined {
+					c := torch.RawZeros(v.params[i].Size(), v.params[i].DType(), g.step.Model.Device())
+					c.CopyFrom(v.params[i])
+					h.AttachGrad(c)
+					c.Free()
+					continue
+				}
+				grad := h.Grad()
+				grad.Add_(v.params[i])
+				grad.Free()
+			}
+		}
+	})
+	return err
+}
+
+// Close ends the workers (their input closes and they exit; one that has not exited
+// within a few seconds is killed) and frees the shared memory.
+func (g *Group) Close() {
+	for _, w := range g.workers {
+		w.in.Close()
+	}
+	for _, w := range g.workers {
+		timer := time.AfterFunc(5*time.Second, func() { w.cmd.Process.Kill() })
+		w.cmd.Wait()
+		timer.Stop()
+	}
+	g.workers = nil
+	for _, v := range g.grads {
+		v.free()
+	}
+	g.weights.free()
+	torch.Free(g.handles...)
+	g.handles = nil
+	if g.mem != nil {
+		g.mem.close()
+	}
+}
