@@ -10,9 +10,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/train/dataparallel"
 )
 
 func main() {
+	// A process 'mempo sft --procs N' started to train beside it serves here and exits.
+	dataparallel.ServeWorker()
 	a := &cli.App{
 		Name:  "mempo",
 		Usage: "tools for MemPO training pipelines (the stages are the mempo-* binaries)",

@@ -57,6 +57,7 @@ func (s *sftCmd) flags() *app.Flags {
 		app.Bool(&cfg.SharePrefixes, cli.BoolFlag{Name: "share-prefixes", Category: "Training", Usage: "compute the prefixes a batch's turns share (the system prompt, a trajectory's question) once per pass, and with --context-loss-weight score them once, each score counting once per turn; gradients equal the unshared pass's to float rounding (not with --grad-checkpoint)"}),
 		// Config.Validate checks the schedule's name.
 		app.Enum(&cfg.Schedule, cli.StringFlag{Name: "schedule", Category: "Optimizer", Usage: "LR after warm-up: constant, or linear (decay to 0 at the last step)"}, nil),
+		app.Int(&cfg.Procs, cli.IntFlag{Name: "procs", Category: "Runtime", Usage: "train with `N` processes on the CPU, each with --threads threads: every step's batch is cut into N shares of about equal tokens whose gradients are added up (data parallel). On a small model two one-thread processes outrun one two-thread process; the result equals one process's to float rounding, so N is part of the cache key"}).Check(app.AtLeast(&cfg.Procs, 0)),
 		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}).Check(app.AtLeast(&s.snapshotEvery, 0)),
 	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType), torchflag.Memory(&cfg.GradCheckpoint, &s.deviceMemory))
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/train"
@@ -83,6 +84,11 @@ type Config struct {
 	// gradients equal the unshared pass's to float rounding. A checkpointed pass
 	// (GradCheckpoint) does not share.
 	SharePrefixes bool `json:"share_prefixes"`
+	// Procs trains with this many processes on the CPU, data parallel
+	// (train/dataparallel): each step's batch is cut into Procs shares of about equal
+	// tokens, one per process. Keyed, since the gradients equal one process's only to
+	// float rounding; 0 and 1 train in one process, and key as before.
+	Procs int `json:"procs,omitempty"`
 }
 
 // DefaultConfig clones the demo's oracle (it forgets a fact with probability 0.2 and
@@ -133,6 +139,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--context-loss-weight %v: want a finite weight >= 0: %w", c.ContextLossWeight, ErrConfig)
 	case c.Chunk < 0:
 		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
+	case c.Procs < 0:
+		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
+	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
+		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
 	}
 	return nil
 }

@@ -15,16 +15,20 @@ import (
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/dataparallel"
 )
 
 const childEnv = "MEMPO_SFT_TEST_CHILD"
 
 type childArgs struct {
-	In  Inputs
-	Out string
+	In    Inputs
+	Out   string
+	Procs int
 }
 
 func TestMain(m *testing.M) {
+	// The test binary is also the executable of SFT's data-parallel workers.
+	dataparallel.ServeWorker()
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
@@ -43,29 +47,36 @@ func child() int {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}}
-	if _, err := Run(context.Background(), resumeConfig(), a.In, spec); err != nil {
+	if _, err := Run(context.Background(), resumeConfig(a.Procs), a.In, spec); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
 }
 
-func resumeConfig() Config {
+func resumeConfig(procs int) Config {
 	c := testConfig()
-	c.Questions, c.Epochs = 6, 2
+	c.Questions, c.Epochs, c.Procs = 6, 2, procs
 	return c
 }
 
 // TestResumeAfterKill kills SFT right after its first epoch's snapshot and checks the
-// rerun resumes there and ends with the uninterrupted run's weights and optimizer state.
+// rerun resumes there and ends with the uninterrupted run's weights and optimizer state,
+// in one process and in two (whose worker ends with its killed leader).
 func TestResumeAfterKill(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("procs=%d", procs), func(t *testing.T) { testResumeAfterKill(t, procs) })
+	}
+}
+
+func testResumeAfterKill(t *testing.T, procs int) {
 	f := newFixture(t)
 	clean := filepath.Join(f.dir, "clean")
-	if _, err := Run(context.Background(), resumeConfig(), f.in, jobs.Spec{Out: clean, Seed: 1}); err != nil {
+	if _, err := Run(context.Background(), resumeConfig(procs), f.in, jobs.Spec{Out: clean, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(f.dir, "killed")
-	b, _ := json.Marshal(childArgs{In: f.in, Out: out})
+	b, _ := json.Marshal(childArgs{In: f.in, Out: out, Procs: procs})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
 	var stderr bytes.Buffer
@@ -75,7 +86,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if !errors.As(err, &exit) || !exit.Sys().(syscall.WaitStatus).Signaled() {
 		t.Fatalf("child = %v, want killed by SIGKILL\nstderr:\n%s", err, stderr.String())
 	}
-	res, err := Run(context.Background(), resumeConfig(), f.in, jobs.Spec{Out: out, Seed: 1})
+	res, err := Run(context.Background(), resumeConfig(procs), f.in, jobs.Spec{Out: out, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/dataparallel"
 )
 
 // Metric is one line of _metrics.jsonl: one optimizer step.
@@ -84,6 +85,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
 		Memory: r.memory, BatchFlag: "--batch-tokens",
 	}
+	defer r.close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(0)}, opt...)...)
 	if err != nil || res.Hit {
 		return res, err
@@ -111,6 +113,16 @@ type run struct {
 	steps         []batch
 	before, after float64      // held-out loss
 	model         qwen2.Config // the policy's, in the dtype it trains in
+	// group runs the steps' passes across Config.Procs processes; started by the
+	// first step.
+	group *dataparallel.Group
+}
+
+// close ends the processes of the group, if any.
+func (r *run) close() {
+	if r.group != nil {
+		r.group.Close()
+	}
 }
 
 // prepare plays the oracle on every question, replays each trajectory through the
@@ -203,7 +215,9 @@ func (r *run) memory() (train.Memory, error) {
 		passes[k] = nll.Pass(b.pairs(r.examples))
 	}
 	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
-	return train.PlanMemory(r.model, s, passes), nil
+	m := train.PlanMemory(r.model, s, passes)
+	m.Replicas = train.ReplicaMemory(m, r.cfg.Procs)
+	return m, nil
 }
 
 // nll is the supervised step on m with the config's chunk and context weight.
@@ -214,6 +228,7 @@ func (r *run) nll(m *qwen2.Model) train.NLLStep {
 
 // start measures the held-out loss of the policy before training.
 func (r *run) start(m *qwen2.Model) (map[string]float64, error) {
+	defer r.allThreads()()
 	before, err := heldOutLoss(m, r.held, r.cfg.BatchTokens, r.cfg.Chunk)
 	if err != nil {
 		return nil, fmt.Errorf("held-out loss: %w", err)
@@ -221,13 +236,43 @@ func (r *run) start(m *qwen2.Model) (map[string]float64, error) {
 	return map[string]float64{heldBefore: before}, nil
 }
 
-// step runs step k of the plan, batch steps[k], on the model being trained.
+// allThreads lends the held-out scoring, which runs in the leader alone while any
+// workers wait, their threads too; the returned func restores the count.
+func (r *run) allThreads() (restore func()) {
+	n := torch.NumThreads()
+	if r.cfg.Procs < 2 || torch.SetNumThreads(n*r.cfg.Procs) != nil {
+		return func() {}
+	}
+	return func() { torch.SetNumThreads(n) }
+}
+
+// step runs step k of the plan, batch steps[k], on the model being trained: in this
+// process, or across the group's (started here at the first step).
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	return trainStep(r.nll(m), adam, r.cfg, r.examples, r.steps[k], int64(len(r.steps)), r.now)
+	var pass passes = r.nll(m)
+	if r.cfg.Procs > 1 {
+		if r.group == nil {
+			g, err := dataparallel.Start(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
+				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}})
+			if err != nil {
+				return Metric{}, err
+			}
+			r.group = g
+		}
+		pass = r.group
+	}
+	return trainStep(pass, adam, r.cfg, r.examples, r.steps[k], int64(len(r.steps)), r.now)
+}
+
+// passes runs a batch's forward and backward passes: train.NLLStep in one process,
+// dataparallel.Group across several.
+type passes interface {
+	Backward(batch []qwen2.Pair) (loss float64, tokens int, err error)
 }
 
 // finish measures the held-out loss after training and sums the run up.
 func (r *run) finish(m *qwen2.Model, start map[string]float64, mets []Metric) (map[string]float64, error) {
+	defer r.allThreads()()
 	var err error
 	if r.after, err = heldOutLoss(m, r.held, r.cfg.BatchTokens, r.cfg.Chunk); err != nil {
 		return nil, fmt.Errorf("held-out loss: %w", err)
@@ -246,13 +291,13 @@ func (r *run) write(dir string) error {
 }
 
 // trainStep runs one batch: forward, backward, one AdamW step at the schedule's LR.
-func trainStep(nll train.NLLStep, adam *train.AdamW, cfg Config, examples []example, b batch, total int64, now func() time.Time) (Metric, error) {
+func trainStep(pass passes, adam *train.AdamW, cfg Config, examples []example, b batch, total int64, now func() time.Time) (Metric, error) {
 	start := now()
 	k := adam.Steps() + 1
 	if err := adam.SetLR(cfg.lrAt(k, total)); err != nil {
 		return Metric{}, err
 	}
-	loss, tokens, err := nll.Backward(b.pairs(examples))
+	loss, tokens, err := pass.Backward(b.pairs(examples))
 	if err != nil {
 		adam.ZeroGrad()
 		return Metric{}, err

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +20,9 @@ import (
 	"github.com/mempo/mempo/jobs/jobstest"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/train"
 )
 
 // fixture is a small task directory with its index and an untrained policy whose
@@ -136,6 +140,50 @@ func TestRun(t *testing.T) {
 	}
 	if got := len(ts.ExistingTensors); got != base {
 		t.Errorf("live tensors = %d, want %d", got, base)
+	}
+}
+
+// TestProcs trains with two processes: the checkpoint is keyed apart from one
+// process's and its weights and losses equal that run's to float rounding.
+func TestProcs(t *testing.T) {
+	f := newFixture(t)
+	run := func(procs int) (*train.Result, []float64) {
+		t.Helper()
+		c := testConfig()
+		c.Procs = procs
+		out := filepath.Join(f.dir, fmt.Sprint("procs", procs))
+		res, err := Run(context.Background(), c, f.in, jobs.Spec{Out: out, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := qwen2.Load(out, qwen2.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Drop()
+		var w []float64
+		for _, p := range m.Weights() {
+			w = append(w, torch.Values(p.Tensor)...)
+		}
+		return res, w
+	}
+	one, want := run(1)
+	two, got := run(2)
+	if one.Key == two.Key {
+		t.Errorf("one and two processes share the key %s", one.Key.Short())
+	}
+	var num, den float64
+	for i := range want {
+		num += (got[i] - want[i]) * (got[i] - want[i])
+		den += want[i] * want[i]
+	}
+	if rel := math.Sqrt(num / den); !(rel < 1e-4) {
+		t.Errorf("weights trained by two processes are %.2g (relative L2) off one process's", rel)
+	}
+	for _, k := range []string{"heldout_loss_after", "train_loss_first", "train_loss_last"} {
+		if g, w := two.State.Metrics[k], one.State.Metrics[k]; math.Abs(g-w) > 1e-4*w {
+			t.Errorf("%s = %v with two processes, %v with one", k, g, w)
+		}
 	}
 }
 
