@@ -16,12 +16,13 @@ import (
 // tiny sizes the whole DAG to run in about a minute: a small world, a few SFT steps,
 // two iterations of two prompts × two samples per variant, two questions per test set.
 // SFT trains in bfloat16, as the demo does where the CPU has it, so every RL stage reads
-// and writes bfloat16 checkpoints with float32 master weights.
+// and writes bfloat16 checkpoints with float32 master weights, and in two processes, as
+// the demo does (its worker is the built mempo binary started again).
 var tiny = []string{
 	"ITERS=2", "VARIANTS=mempo grpo", "PROMPTS_PER_ITER=2", "PROTOCOL=demo-protocol.json", "DTYPE=bfloat16",
 	"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --test-k 2,4",
 	"INIT_FLAGS=--vocab 600",
-	"SFT_FLAGS=--questions 4 --epochs 1 --max-turns 3 --threads 1",
+	"SFT_FLAGS=--questions 4 --epochs 1 --max-turns 3 --threads 1 --procs 2",
 	"ROLLOUT_FLAGS=--n 2 --max-turns 3 --max-new-tokens 16 --threads 1",
 	"LOGPROB_FLAGS=--threads 1",
 	"UPDATE_FLAGS=--lr 1e-4 --mini-batches 1 --threads 1",
