@@ -85,7 +85,7 @@ type Config struct {
 	// (GradCheckpoint) does not share.
 	SharePrefixes bool `json:"share_prefixes"`
 	// Procs trains with this many processes on the CPU, data parallel
-	// (train/dataparallel): each step's batch is cut into Procs shares of about equal
+	// (train/dataparallel): each step's batch is dealt into Procs shares of about equal
 	// tokens, one per process. Keyed, since the gradients equal one process's only to
 	// float rounding; 0 and 1 train in one process, and key as before.
 	Procs int `json:"procs,omitempty"`

@@ -1,6 +1,6 @@
 // Package dataparallel trains one model with several processes on one machine, as
 // PyTorch's DistributedDataParallel does with one process per core: each step's batch
-// is cut into shares of about equal tokens, each process runs the forward and backward
+// is dealt into shares of about equal tokens, each process runs the forward and backward
 // passes of its share on its own copy of the model, and the leader, the training
 // process itself, adds the workers' gradients into its own before its optimizer step.
 // Only the leader's weights are updated, and they reach the workers through shared
@@ -177,10 +177,10 @@ func (w *worker) fail(err error) error {
 }
 
 // Backward runs one batch across the group, as step.Backward runs it in one process:
-// the leader's weights go to the workers, the batch is cut into shares of about equal
-// tokens (the leader's first), every process runs its share with the batch's totals,
-// and the workers' gradients are added into the leader's parameters' gradients, in
-// rank order. It returns the batch's loss and response tokens.
+// the leader's weights go to the workers, the batch is dealt into shares of about
+// equal tokens (split), every process runs its share with the batch's totals, and
+// the workers' gradients are added into the leader's parameters' gradients, in rank
+// order. It returns the batch's loss and response tokens.
 func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
 	if g.failed != nil {
 		return 0, 0, g.failed
@@ -190,20 +190,32 @@ func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err erro
 	for i, e := range batch {
 		costs[i] = len(e.Context) + len(e.Response)
 	}
-	bounds := cut(costs, len(g.workers)+1)
+	shares := split(costs, len(g.workers)+1)
+	pairs := func(share []int) []qwen2.Pair {
+		out := make([]qwen2.Pair, len(share))
+		for i, j := range share {
+			out[i] = batch[j]
+		}
+		return out
+	}
 	if err := g.publish(); err != nil {
 		return 0, 0, err
 	}
-	busy := g.workers[:len(bounds)-2]
-	for k, w := range busy {
-		if err := w.enc.Encode(work{Pairs: batch[bounds[k+1]:bounds[k+2]], Whole: whole}); err != nil {
+	var busy []int // ranks with a share, in order
+	for k, w := range g.workers {
+		if len(shares[k+1]) == 0 {
+			continue
+		}
+		if err := w.enc.Encode(work{Pairs: pairs(shares[k+1]), Whole: whole}); err != nil {
 			g.failed = w.fail(err)
 			return 0, 0, g.failed
 		}
+		busy = append(busy, k+1)
 	}
-	loss, tokens, err = g.step.BackwardPart(batch[bounds[0]:bounds[1]], whole)
+	loss, tokens, err = g.step.BackwardPart(pairs(shares[0]), whole)
 	// Every busy worker answers, whatever the leader's share did.
-	for _, w := range busy {
+	for _, rank := range busy {
+		w := g.workers[rank-1]
 		var d done
 		if derr := w.dec.Decode(&d); derr != nil {
 			g.failed = w.fail(derr)
@@ -218,7 +230,7 @@ func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err erro
 	if err != nil {
 		return 0, 0, err
 	}
-	return loss, tokens, g.gather(len(busy))
+	return loss, tokens, g.gather(busy)
 }
 
 // publish copies the leader's weights into the shared weights region.
@@ -233,14 +245,15 @@ func (g *Group) publish() (err error) {
 	return err
 }
 
-// gather adds the gradients of the first n workers into the leader's, in rank order.
-// A parameter the leader's share left without a gradient gets a copy of the first
-// worker's.
-func (g *Group) gather(n int) (err error) {
+// gather adds the gradients of the workers of the given ranks into the leader's, in
+// rank order. A parameter the leader's share left without a gradient gets a copy of
+// the first worker's.
+func (g *Group) gather(ranks []int) (err error) {
 	torch.Do(func() {
 		defer torch.Catch("add the workers' gradients", &err)
 		defer torch.SetGrad(torch.SetGrad(false))
-		for _, v := range g.grads[:n] {
+		for _, rank := range ranks {
+			v := g.grads[rank-1]
 			for i, h := range g.handles {
 				if defined, _ := h.GradIs(torch.None); !defined {
 					c := torch.RawZeros(v.params[i].Size(), v.params[i].DType(), g.step.Model.Device())
