@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/mempo/mempo/model/qwen2"
@@ -140,6 +141,9 @@ func (g *Group) start(rank int, stderr io.Writer) (*worker, error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envWorker, rank))
 	cmd.ExtraFiles = []*os.File{g.mem.file}
+	// A group of its own: a terminal's Ctrl-C reaches the leader alone, which ends its
+	// step and then its workers, rather than the workers dying under the step.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = stderr
 	if stderr == nil {
 		cmd.Stderr = os.Stderr

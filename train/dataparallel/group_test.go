@@ -197,3 +197,16 @@ func TestWorkerEndsWithInput(t *testing.T) {
 		t.Errorf("worker after its input closed: %v, want a clean exit", err)
 	}
 }
+
+// TestWorkerOwnGroup checks that a worker runs in a process group of its own, so that
+// a terminal's Ctrl-C, sent to the leader's group, interrupts the leader alone.
+func TestWorkerOwnGroup(t *testing.T) {
+	g := startGroup(t, train.NLLStep{Model: model(t)}, 2)
+	pg, err := syscall.Getpgid(g.workers[0].cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg == syscall.Getpgrp() {
+		t.Errorf("the worker is in the leader's process group %d", pg)
+	}
+}
