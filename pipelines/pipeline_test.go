@@ -16,8 +16,8 @@ import (
 // tiny sizes the whole DAG to run in about a minute: a small world, a few SFT steps,
 // two iterations of two prompts × two samples per variant, two questions per test set.
 // SFT trains in bfloat16, as the demo does where the CPU has it, so every RL stage reads
-// and writes bfloat16 checkpoints with float32 master weights, and in two processes, as
-// the demo does (its worker is the built mempo binary started again).
+// and writes bfloat16 checkpoints with float32 master weights, and in two processes
+// (`--procs 2`: its worker is the built mempo binary started again).
 var tiny = []string{
 	"ITERS=2", "VARIANTS=mempo grpo", "PROMPTS_PER_ITER=2", "PROTOCOL=demo-protocol.json", "DTYPE=bfloat16",
 	"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --test-k 2,4",
