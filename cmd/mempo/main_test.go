@@ -91,6 +91,7 @@ func TestFlagRefusals(t *testing.T) {
 		{"no training questions", []string{"gen-task", "--train", "0"}, "--train: 0: want at least 1"},
 		{"no test questions", []string{"gen-task", "--test", "0"}, "--test: 0: want at least 1"},
 		{"negative snapshot interval", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--snapshot-every", "-1"}, "--snapshot-every: -1: want at least 0"},
+		{"negative process count", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--procs", "-1"}, "--procs: -1: want at least 0"},
 		{"unknown device", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--device", "tpu"}, `--device: "tpu": want cpu, cuda or cuda:N`},
 		{"unknown dtype", []string{"sft", "--task", "t", "--index", "i", "--policy", "p", "--dtype", "int8"}, `--dtype: "int8": want float32, bfloat16 or float16`},
 	}
