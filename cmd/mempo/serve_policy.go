@@ -90,11 +90,8 @@ func (s *servePolicyCmd) flags() *app.Flags {
 		app.Int(&s.cfg.MaxStopBytes, cli.IntFlag{Name: "max-stop-bytes", Category: "Limits", Usage: "longest stop string, in bytes; longer is refused with 400"}),
 		app.Int64(&s.cfg.MaxBodyBytes, cli.Int64Flag{Name: "max-body-bytes", Category: "Limits", Usage: "largest request body, in bytes; larger is refused with 413"}),
 		app.Int(&s.cfg.MaxInflight, cli.IntFlag{Name: "max-inflight", Category: "Limits", Usage: "most completion requests held at once, waiting or generating; one more is refused with 503"}),
-		app.Float64(&s.cfg.ReadHeaderTimeoutS, cli.Float64Flag{Name: "read-header-timeout", Category: "Limits", Usage: "seconds a client may take to send its request headers"}),
-		app.Float64(&s.cfg.ReadTimeoutS, cli.Float64Flag{Name: "read-timeout", Category: "Limits", Usage: "seconds a client may take to send a whole request, body included"}),
-		app.Float64(&s.cfg.WriteTimeoutS, cli.Float64Flag{Name: "write-timeout", Category: "Limits", Usage: "seconds from a request's headers to the end of its answer, waiting and generation included"}),
-		app.Float64(&s.cfg.IdleTimeoutS, cli.Float64Flag{Name: "idle-timeout", Category: "Limits", Usage: "seconds a keep-alive connection may wait for its next request"}),
-	})
+	}, timeoutFlags(&s.cfg.ReadHeaderTimeoutS, &s.cfg.ReadTimeoutS, &s.cfg.WriteTimeoutS, &s.cfg.IdleTimeoutS,
+		"waiting and generation included; a request still waiting is then dropped"))
 }
 
 func (s *servePolicyCmd) run(c *cli.Context) error {

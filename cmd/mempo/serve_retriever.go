@@ -64,15 +64,8 @@ func (s *serveRetrieverCmd) flags() *app.Flags {
 			Usage: "largest request body, in bytes; larger is refused with 413"}),
 		app.Int(&s.cfg.MaxInflight, cli.IntFlag{Name: "max-inflight", Category: "Limits",
 			Usage: "most /retrieve requests served at once, counted from before the body is read; one more is refused with 503"}),
-		app.Float64(&s.cfg.ReadHeaderTimeoutS, cli.Float64Flag{Name: "read-header-timeout", Category: "Limits",
-			Usage: "seconds a client may take to send its request headers before its connection is closed"}),
-		app.Float64(&s.cfg.ReadTimeoutS, cli.Float64Flag{Name: "read-timeout", Category: "Limits",
-			Usage: "seconds a client may take to send a whole request, body included, before it gets 408 and its connection is closed"}),
-		app.Float64(&s.cfg.WriteTimeoutS, cli.Float64Flag{Name: "write-timeout", Category: "Limits",
-			Usage: "seconds from a request's headers to the end of its answer, retrieval included; retrieval is then canceled"}),
-		app.Float64(&s.cfg.IdleTimeoutS, cli.Float64Flag{Name: "idle-timeout", Category: "Limits",
-			Usage: "seconds a keep-alive connection may wait for its next request"}),
-	})
+	}, timeoutFlags(&s.cfg.ReadHeaderTimeoutS, &s.cfg.ReadTimeoutS, &s.cfg.WriteTimeoutS, &s.cfg.IdleTimeoutS,
+		"retrieval included; retrieval is then canceled"))
 }
 
 func (s *serveRetrieverCmd) run(c *cli.Context) error {
