@@ -210,3 +210,23 @@ func TestWorkerOwnGroup(t *testing.T) {
 		t.Errorf("the worker is in the leader's process group %d", pg)
 	}
 }
+
+// TestGroupFreesItsTensors checks that a group's steps and its Close leave no tensor
+// handle behind.
+func TestGroupFreesItsTensors(t *testing.T) {
+	m := model(t)
+	base := torch.Live()
+	g, err := Start(train.NLLStep{Model: m}, Config{Procs: 2, Threads: 1, Options: qwen2.Options{DType: "float32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := g.Backward(batch(4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Close()
+	if got := torch.Live(); got != base {
+		t.Errorf("live tensors = %d after the group closed, want %d", got, base)
+	}
+}

@@ -113,6 +113,12 @@ type views struct {
 
 // views makes region r's views; they alias the mapping, which must outlive them.
 func (m *mapping) views(l layout, r int) (v views, err error) {
+	defer func() {
+		if err != nil {
+			v.free()
+			v = views{}
+		}
+	}()
 	defer torch.Catch("shared memory views", &err)
 	base := int64(r) * l.Size
 	v.flat = torch.RawOver(m.mem[base:base+l.Size], gotch.Uint8)
