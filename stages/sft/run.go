@@ -252,7 +252,7 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	var pass passes = r.nll(m)
 	if r.cfg.Procs > 1 {
 		if r.group == nil {
-			g, err := dataparallel.Start(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
+			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
 				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}})
 			if err != nil {
 				return Metric{}, err

@@ -1,13 +1,14 @@
 // Package dataparallel trains one model with several processes on one machine, as
-// PyTorch's DistributedDataParallel does with one process per core: each step's batch
-// is dealt into shares of about equal tokens, each process runs the forward and backward
-// passes of its share on its own copy of the model, and the leader, the training
-// process itself, adds the workers' gradients into its own before its optimizer step.
+// PyTorch's DistributedDataParallel does with one process per core: each step's work
+// (SFT's batch, the PPO update's micro-batches) is dealt into shares of about equal
+// tokens, each process runs the forward and backward passes of its share on its own
+// copy of the model, and the leader, the training process itself, adds the workers'
+// gradients into its own before its optimizer step.
 // Only the leader's weights are updated, and they reach the workers through shared
 // memory before each step, so a worker holds no optimizer state and a resumed run
 // needs nothing from it. Each share is scored with the whole batch's divisors
-// (train.NLLStep.BackwardPart), so the gradients equal one process's to float
-// rounding.
+// (train.NLLStep.BackwardPart; the mini-batch's for train.PPOStep.Micro), so the
+// gradients equal one process's to float rounding.
 //
 // Why processes and not threads: at a small model's width two processes of one thread
 // outrun one process of two (the tiny preset's SFT: README), and libtorch 2.1.2's
@@ -52,7 +53,9 @@ type Config struct {
 // Group is the leader's side of the processes that train one model: the workers it
 // started and the memory it shares with them.
 type Group struct {
-	step    train.NLLStep // on the leader's model
+	model   *qwen2.Model   // the leader's
+	nll     *train.NLLStep // the step it runs, on the leader's model: one of these
+	ppo     *train.PPOStep
 	params  []train.Param
 	handles []torch.Raw
 	layout  layout
@@ -71,26 +74,36 @@ type worker struct {
 	dec  *gob.Decoder
 }
 
-// Start starts cfg.Procs−1 workers beside the leader, whose step is step (on the
-// leader's model, on the CPU). The caller must Close the group.
-func Start(step train.NLLStep, cfg Config) (g *Group, err error) {
+// StartNLL starts cfg.Procs−1 workers beside the leader to run the supervised step
+// (Backward), whose model is the leader's, on the CPU. The caller must Close the group.
+func StartNLL(step train.NLLStep, cfg Config) (*Group, error) {
+	return start(&Group{model: step.Model, nll: &step}, setup{NLL: nllOf(step)}, cfg)
+}
+
+// StartPPO starts cfg.Procs−1 workers beside the leader to run the PPO update's
+// micro-batches (Micros), whose model is the leader's, on the CPU. The caller must
+// Close the group.
+func StartPPO(step train.PPOStep, cfg Config) (*Group, error) {
+	return start(&Group{model: step.Model, ppo: &step}, setup{PPO: ppoOf(step)}, cfg)
+}
+
+// start starts g's workers, each set up as s with its rank.
+func start(g *Group, s setup, cfg Config) (_ *Group, err error) {
 	if cfg.Procs < 2 {
 		return nil, fmt.Errorf("data parallel: %d processes, want at least 2", cfg.Procs)
 	}
-	if dev := step.Model.Device(); dev.IsCuda() {
+	if dev := g.model.Device(); dev.IsCuda() {
 		return nil, fmt.Errorf("data parallel: the model is on %v; several processes train on the CPU only", dev)
 	}
-	conf, err := json.Marshal(step.Model.Config)
-	if err != nil {
+	if s.Config, err = json.Marshal(g.model.Config); err != nil {
 		return nil, err
 	}
-	g = &Group{step: step}
 	defer func() {
 		if err != nil {
 			g.Close()
 		}
 	}()
-	for _, w := range step.Model.Weights() {
+	for _, w := range g.model.Weights() {
 		g.params = append(g.params, train.Param{Name: w.Key, T: w.Tensor})
 	}
 	g.handles = handles(g.params)
@@ -101,9 +114,9 @@ func Start(step train.NLLStep, cfg Config) (g *Group, err error) {
 	if g.weights, err = g.mem.views(g.layout, 0); err != nil {
 		return nil, err
 	}
-	threads := cfg.Threads
-	if threads <= 0 {
-		threads = torch.NumThreads()
+	s.Threads, s.Options, s.Layout = cfg.Threads, cfg.Options, g.layout
+	if s.Threads <= 0 {
+		s.Threads = torch.NumThreads()
 	}
 	for rank := 1; rank < cfg.Procs; rank++ {
 		v, err := g.mem.views(g.layout, rank)
@@ -115,7 +128,7 @@ func Start(step train.NLLStep, cfg Config) (g *Group, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s := setup{Rank: rank, Threads: threads, Config: conf, Options: cfg.Options, Layout: g.layout, Step: configOf(step)}
+		s.Rank = rank
 		if err := w.enc.Encode(s); err != nil {
 			return nil, w.fail(err)
 		}
@@ -180,16 +193,15 @@ func (w *worker) fail(err error) error {
 	return fmt.Errorf("worker %d (pid %d, %v): %v: %w", w.rank, w.cmd.Process.Pid, w.cmd.ProcessState, err, ErrWorker)
 }
 
-// Backward runs one batch across the group, as step.Backward runs it in one process:
-// the leader's weights go to the workers, the batch is dealt into shares of about
-// equal tokens (split), every process runs its share with the batch's totals, and
-// the workers' gradients are added into the leader's parameters' gradients, in rank
-// order. It returns the batch's loss and response tokens.
+// Backward runs one batch of the supervised step across the group, as
+// train.NLLStep.Backward runs it in one process: the batch is dealt into shares of
+// about equal tokens (split), the leader's first, and every process runs its share
+// with the whole batch's totals. It returns the batch's loss and response tokens.
 func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err error) {
-	if g.failed != nil {
-		return 0, 0, g.failed
+	if g.nll == nil {
+		return 0, 0, fmt.Errorf("data parallel: Backward on a group started for the PPO update")
 	}
-	whole := g.step.Totals(batch)
+	whole := g.nll.Totals(batch)
 	costs := make([]int, len(batch))
 	for i, e := range batch {
 		costs[i] = len(e.Context) + len(e.Response)
@@ -202,39 +214,109 @@ func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err erro
 		}
 		return out
 	}
-	if err := g.publish(); err != nil {
+	jobs := make([]*work, len(g.workers))
+	for k := range jobs {
+		if len(shares[k+1]) > 0 {
+			jobs[k] = &work{Pairs: pairs(shares[k+1]), Whole: whole}
+		}
+	}
+	err = g.round(jobs, func() error {
+		var err error
+		loss, tokens, err = g.nll.BackwardPart(pairs(shares[0]), whole)
+		return err
+	}, func(d done) {
+		loss += d.Loss
+		tokens += d.Tokens
+	})
+	if err != nil {
 		return 0, 0, err
 	}
-	var busy []int // ranks with a share, in order
-	for k, w := range g.workers {
+	return loss, tokens, nil
+}
+
+// Micros runs the micro-batches of one mini-batch of the PPO update across the group,
+// as train.PPOStep.Micro runs each in turn in one process: they are dealt into shares
+// of about equal tokens (split), the leader's first, and every process runs its
+// micro-batches under divisor, the mini-batch's. It returns their merged stats.
+func (g *Group) Micros(micros [][]*train.Sequence, divisor float64) (st train.Stats, err error) {
+	if g.ppo == nil {
+		return st, fmt.Errorf("data parallel: Micros on a group started for SFT")
+	}
+	costs := make([]int, len(micros))
+	for i, mi := range micros {
+		for _, s := range mi {
+			costs[i] += s.Len()
+		}
+	}
+	shares := split(costs, len(g.workers)+1)
+	jobs := make([]*work, len(g.workers))
+	for k := range jobs {
 		if len(shares[k+1]) == 0 {
 			continue
 		}
-		if err := w.enc.Encode(work{Pairs: pairs(shares[k+1]), Whole: whole}); err != nil {
+		w := &work{Divisor: divisor}
+		for _, j := range shares[k+1] {
+			mi := make([]train.Sequence, len(micros[j]))
+			for i, s := range micros[j] {
+				mi[i] = *s
+			}
+			w.Micros = append(w.Micros, mi)
+		}
+		jobs[k] = w
+	}
+	err = g.round(jobs, func() error {
+		for _, j := range shares[0] {
+			s, err := g.ppo.Micro(micros[j], divisor)
+			if err != nil {
+				return fmt.Errorf("micro-batch %d of %d: %w", j+1, len(micros), err)
+			}
+			st = st.Merge(s)
+		}
+		return nil
+	}, func(d done) { st = st.Merge(d.Stats) })
+	return st, err
+}
+
+// round runs one step across the group: the leader's weights to the shared region,
+// jobs[k] to worker k+1 (none to a worker whose job is nil), own on the leader, then
+// every busy worker's answer to merge in rank order, and the workers' gradients added
+// into the leader's parameters' gradients, in rank order.
+func (g *Group) round(jobs []*work, own func() error, merge func(done)) error {
+	if g.failed != nil {
+		return g.failed
+	}
+	if err := g.publish(); err != nil {
+		return err
+	}
+	var busy []int // ranks with a job, in order
+	for k, w := range g.workers {
+		if jobs[k] == nil {
+			continue
+		}
+		if err := w.enc.Encode(jobs[k]); err != nil {
 			g.failed = w.fail(err)
-			return 0, 0, g.failed
+			return g.failed
 		}
 		busy = append(busy, k+1)
 	}
-	loss, tokens, err = g.step.BackwardPart(pairs(shares[0]), whole)
+	err := own()
 	// Every busy worker answers, whatever the leader's share did.
 	for _, rank := range busy {
 		w := g.workers[rank-1]
 		var d done
 		if derr := w.dec.Decode(&d); derr != nil {
 			g.failed = w.fail(derr)
-			return 0, 0, g.failed
+			return g.failed
 		}
 		if d.Err != "" && err == nil {
 			err = fmt.Errorf("worker %d: %s", w.rank, d.Err)
 		}
-		loss += d.Loss
-		tokens += d.Tokens
+		merge(d)
 	}
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	return loss, tokens, g.gather(busy)
+	return g.gather(busy)
 }
 
 // publish copies the leader's weights into the shared weights region.
@@ -260,7 +342,7 @@ func (g *Group) gather(ranks []int) (err error) {
 			v := g.grads[rank-1]
 			for i, h := range g.handles {
 				if defined, _ := h.GradIs(torch.None); !defined {
-					c := torch.RawZeros(v.params[i].Size(), v.params[i].DType(), g.step.Model.Device())
+					c := torch.RawZeros(v.params[i].Size(), v.params[i].DType(), g.model.Device())
 					c.CopyFrom(v.params[i])
 					h.AttachGrad(c)
 					c.Free()

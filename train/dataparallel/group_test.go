@@ -101,7 +101,7 @@ func scale(t *testing.T, m *qwen2.Model, f float64) {
 
 func startGroup(t *testing.T, step train.NLLStep, procs int) *Group {
 	t.Helper()
-	g, err := Start(step, Config{Procs: procs, Threads: 1, Options: qwen2.Options{DType: "float32"}})
+	g, err := StartNLL(step, Config{Procs: procs, Threads: 1, Options: qwen2.Options{DType: "float32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestWorkerOwnGroup(t *testing.T) {
 func TestGroupFreesItsTensors(t *testing.T) {
 	m := model(t)
 	base := torch.Live()
-	g, err := Start(train.NLLStep{Model: m}, Config{Procs: 2, Threads: 1, Options: qwen2.Options{DType: "float32"}})
+	g, err := StartNLL(train.NLLStep{Model: m}, Config{Procs: 2, Threads: 1, Options: qwen2.Options{DType: "float32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +228,77 @@ func TestGroupFreesItsTensors(t *testing.T) {
 	g.Close()
 	if got := torch.Live(); got != base {
 		t.Errorf("live tensors = %d after the group closed, want %d", got, base)
+	}
+}
+
+// sequences is n update samples of random ids behind a shared 6-token prompt, each
+// response token with old and reference log-probs near -4 and an advantage.
+func sequences(n int) []*train.Sequence {
+	rng := rand.New(rand.NewPCG(3, 4))
+	out := make([]*train.Sequence, n)
+	for i, p := range batch(n) {
+		s := &train.Sequence{Context: p.Context, Response: p.Response}
+		for range p.Response {
+			s.Old = append(s.Old, -4+float32(rng.NormFloat64())*0.1)
+			s.Ref = append(s.Ref, -4+float32(rng.NormFloat64())*0.1)
+			s.Adv = append(s.Adv, float32(rng.NormFloat64()))
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// TestGroupMicrosMatchOneProcess checks that the micro-batches of a PPO mini-batch run
+// across a leader and two workers give the stats and gradients of the same
+// micro-batches run one after another in one process.
+func TestGroupMicrosMatchOneProcess(t *testing.T) {
+	m := model(t)
+	obj := train.DefaultObjective
+	obj.EntropyCoef = 0.01
+	step := train.PPOStep{Model: m, Objective: obj, Temperature: 0.7, SharePrefixes: true}
+	seqs := sequences(9)
+	micros := [][]*train.Sequence{seqs[:2], seqs[2:5], seqs[5:6], seqs[6:]}
+	tokens := 0
+	for _, s := range seqs {
+		tokens += len(s.Response)
+	}
+	div := float64(tokens)
+	var want train.Stats
+	for _, mi := range micros {
+		s, err := step.Micro(mi, div)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = want.Merge(s)
+	}
+	wantGrads := grads(t, m)
+	g, err := StartPPO(step, Config{Procs: 3, Threads: 1, Options: qwen2.Options{DType: "float32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	got, err := g.Micros(micros, div)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := relDiff(grads(t, m), wantGrads); !(d < 1e-5) {
+		t.Errorf("gradients %.2g (relative L2) off one process's", d)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"pg_loss", got.Loss, want.Loss}, {"clipfrac", got.ClipFrac, want.ClipFrac}, {"ppo_kl", got.PPOKL, want.PPOKL},
+		{"kl", got.KL, want.KL}, {"entropy", got.Entropy, want.Entropy}, {"loss", got.Total, want.Total},
+	} {
+		if math.Abs(c.got-c.want) > 1e-5*math.Max(1, math.Abs(c.want)) {
+			t.Errorf("%s = %v across the group, %v in one process", c.name, c.got, c.want)
+		}
+	}
+	if got.Tokens != want.Tokens {
+		t.Errorf("tokens = %d across the group, %d in one process", got.Tokens, want.Tokens)
+	}
+	if _, _, err := g.Backward(batch(3)); err == nil {
+		t.Error("Backward on a PPO group: no error")
 	}
 }

@@ -18,30 +18,48 @@ type hello struct {
 
 // setup builds the worker's replica: the model's config.json and the options it is
 // loaded with, the layout of the shared regions, the worker's rank (its gradient
-// region), the thread count and the step's settings.
+// region), the thread count and the step it runs, NLL or PPO.
 type setup struct {
 	Rank    int
 	Threads int
 	Config  []byte // config.json of the model
 	Options qwen2.Options
 	Layout  layout
-	Step    stepConfig
+	NLL     *nllConfig
+	PPO     *ppoConfig
 }
 
-// stepConfig is train.NLLStep without its model.
-type stepConfig struct {
+// nllConfig is train.NLLStep without its model.
+type nllConfig struct {
 	Chunk          int
 	ContextWeight  float64
 	GradCheckpoint bool
 	SharePrefixes  bool
 }
 
-func configOf(s train.NLLStep) stepConfig {
-	return stepConfig{Chunk: s.Chunk, ContextWeight: s.ContextWeight, GradCheckpoint: s.GradCheckpoint, SharePrefixes: s.SharePrefixes}
+func nllOf(s train.NLLStep) *nllConfig {
+	return &nllConfig{Chunk: s.Chunk, ContextWeight: s.ContextWeight, GradCheckpoint: s.GradCheckpoint, SharePrefixes: s.SharePrefixes}
 }
 
-func (c stepConfig) on(m *qwen2.Model) train.NLLStep {
+func (c nllConfig) on(m *qwen2.Model) train.NLLStep {
 	return train.NLLStep{Model: m, Chunk: c.Chunk, ContextWeight: c.ContextWeight, GradCheckpoint: c.GradCheckpoint, SharePrefixes: c.SharePrefixes}
+}
+
+// ppoConfig is train.PPOStep without its model.
+type ppoConfig struct {
+	Objective      train.Objective
+	Chunk          int
+	Temperature    float64
+	GradCheckpoint bool
+	SharePrefixes  bool
+}
+
+func ppoOf(s train.PPOStep) *ppoConfig {
+	return &ppoConfig{Objective: s.Objective, Chunk: s.Chunk, Temperature: s.Temperature, GradCheckpoint: s.GradCheckpoint, SharePrefixes: s.SharePrefixes}
+}
+
+func (c ppoConfig) on(m *qwen2.Model) train.PPOStep {
+	return train.PPOStep{Model: m, Objective: c.Objective, Chunk: c.Chunk, Temperature: c.Temperature, GradCheckpoint: c.GradCheckpoint, SharePrefixes: c.SharePrefixes}
 }
 
 // ready answers setup; Err says why the replica could not be built.
@@ -49,18 +67,23 @@ type ready struct {
 	Err string
 }
 
-// work is one step's share: the pairs and the whole batch's totals. The leader's
-// weights are in the shared weights region when it is sent.
+// work is one step's share, sent when the leader's weights are in the shared weights
+// region: for NLL, part of a batch and the whole batch's totals; for PPO, micro-batches
+// of a mini-batch and its divisor.
 type work struct {
-	Pairs []qwen2.Pair
-	Whole train.Totals
+	Pairs   []qwen2.Pair
+	Whole   train.Totals
+	Micros  [][]train.Sequence
+	Divisor float64
 }
 
-// done answers work: the share's loss and response tokens (train.NLLStep.BackwardPart),
-// its gradients in the worker's region, or why it failed.
+// done answers work with the share's figures, its gradients in the worker's region,
+// or why it failed: NLL's loss and response tokens (train.NLLStep.BackwardPart), or
+// PPO's merged stats (train.PPOStep.Micro).
 type done struct {
 	Loss    float64
 	Tokens  int
+	Stats   train.Stats
 	Seconds float64 // the share's forward and backward passes
 	Err     string
 }

@@ -82,7 +82,8 @@ func message(err error) string {
 // weights region before each step and its gradients accumulated into its own region.
 type replica struct {
 	m       *qwen2.Model
-	step    train.NLLStep
+	nll     *train.NLLStep // the step it runs: one of these
+	ppo     *train.PPOStep
 	params  []train.Param
 	handles []torch.Raw
 	mem     *mapping
@@ -129,7 +130,16 @@ func newReplica(s setup, shared *os.File) (r *replica, err error) {
 	if r.grads, err = r.mem.views(s.Layout, s.Rank); err != nil {
 		return nil, err
 	}
-	r.step = s.Step.on(r.m)
+	switch {
+	case s.NLL != nil:
+		step := s.NLL.on(r.m)
+		r.nll = &step
+	case s.PPO != nil:
+		step := s.PPO.on(r.m)
+		r.ppo = &step
+	default:
+		return nil, fmt.Errorf("setup names no step")
+	}
 	return r, nil
 }
 
@@ -152,14 +162,37 @@ func (r *replica) run(w work) done {
 	if err := r.load(); err != nil {
 		return done{Err: err.Error()}
 	}
-	loss, tokens, err := r.step.BackwardPart(w.Pairs, w.Whole)
+	var d done
+	var err error
+	if r.nll != nil {
+		d.Loss, d.Tokens, err = r.nll.BackwardPart(w.Pairs, w.Whole)
+	} else {
+		d.Stats, err = micros(*r.ppo, w.Micros, w.Divisor)
+	}
 	if err == nil {
 		err = r.keep()
 	}
 	if err != nil {
 		return done{Err: err.Error()}
 	}
-	return done{Loss: loss, Tokens: tokens, Seconds: time.Since(start).Seconds()}
+	d.Seconds = time.Since(start).Seconds()
+	return d
+}
+
+// micros runs micro-batches of one mini-batch in order, its stats merged.
+func micros(step train.PPOStep, micros [][]train.Sequence, divisor float64) (st train.Stats, err error) {
+	for j, mi := range micros {
+		batch := make([]*train.Sequence, len(mi))
+		for i := range mi {
+			batch[i] = &mi[i]
+		}
+		s, err := step.Micro(batch, divisor)
+		if err != nil {
+			return st, fmt.Errorf("micro-batch %d of %d of its share: %w", j+1, len(micros), err)
+		}
+		st = st.Merge(s)
+	}
+	return st, nil
 }
 
 // load copies the leader's weights into the replica and zeroes the gradient region,
