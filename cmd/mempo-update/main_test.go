@@ -60,3 +60,28 @@ func TestSnapshotEvery(t *testing.T) {
 		})
 	}
 }
+
+// TestProcsFlag: --procs sets the config's process count; a negative count is a usage
+// error naming the flag.
+func TestProcsFlag(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		code  int
+		msg   string
+	}{
+		{"2", app.ExitOK, ""},
+		{"-1", app.ExitUsage, "--procs: -1: want at least 0"},
+	} {
+		cmd := command{cfg: update.DefaultConfig()}
+		a := app.New("mempo-update", "", cmd.flags(), func(*cli.Context) error { return nil })
+		var stderr strings.Builder
+		a.Writer, a.ErrWriter = io.Discard, &stderr
+		args := []string{"mempo-update", "--policy", "p", "--ref", "r", "--rollouts", "x", "--logprobs", "l", "--advantages", "a", "--procs", tt.value}
+		if code := app.Main(a, args); code != tt.code || !strings.Contains(stderr.String(), tt.msg) {
+			t.Errorf("--procs %s = exit %d, stderr %q; want %d mentioning %q", tt.value, code, stderr.String(), tt.code, tt.msg)
+		}
+		if tt.code == app.ExitOK && fmt.Sprint(cmd.cfg.Procs) != tt.value {
+			t.Errorf("--procs %s stored %d", tt.value, cmd.cfg.Procs)
+		}
+	}
+}

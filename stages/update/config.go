@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/mempo/mempo/train"
 )
@@ -71,6 +72,11 @@ type Config struct {
 	// unshared pass's to float rounding. A checkpointed pass (GradCheckpoint) does not
 	// share.
 	SharePrefixes bool `json:"share_prefixes"`
+	// Procs trains with this many processes on the CPU, data parallel
+	// (train/dataparallel): each mini-batch's micro-batches are dealt among them by
+	// tokens. Keyed, since the gradients equal one process's only to float rounding; 0
+	// and 1 train in one process, and key as before.
+	Procs int `json:"procs,omitempty"`
 }
 
 // DefaultConfig is the paper's setting (DESIGN.md §7): verl's objective, AdamW at LR
@@ -110,6 +116,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--temperature %v: want > 0: %w", c.Temperature, ErrConfig)
 	case c.Chunk < 0:
 		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
+	case c.Procs < 0:
+		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
+	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
+		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
 	}
 	return nil
 }

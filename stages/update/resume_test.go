@@ -20,6 +20,7 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/dataparallel"
 )
 
 // childEnv carries a child run's arguments: the test binary re-executed runs one update
@@ -33,6 +34,8 @@ type childArgs struct {
 }
 
 func TestMain(m *testing.M) {
+	// The test binary is also the executable of the update's data-parallel workers.
+	dataparallel.ServeWorker()
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/dataparallel"
 )
 
 // Inputs are the checkpoints and datasets the update reads.
@@ -80,6 +81,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 			return summary(mets), nil
 		},
 	}
+	defer r.close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(1)}, opt...)...)
 	if err != nil || res.Hit {
 		return res, err
@@ -98,6 +100,16 @@ type run struct {
 	samples []Sample
 	plan    []Batch
 	model   qwen2.Config // the policy's, in the dtype it trains in
+	// group runs the micro-batches across Config.Procs processes; started by the
+	// first step.
+	group *dataparallel.Group
+}
+
+// close ends the processes of the group, if any.
+func (r *run) close() {
+	if r.group != nil {
+		r.group.Close()
+	}
 }
 
 // prepare joins the three datasets into samples, checks each fits the policy, and
@@ -133,9 +145,18 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 	return p, nil
 }
 
-// step runs step k of the plan, mini-batch plan[k], on the model being trained.
+// step runs step k of the plan, mini-batch plan[k], on the model being trained: in
+// this process, or across the group's (started here at the first step).
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	return step(r.ppo(m), adam, r.samples, r.plan[k], r.cfg, r.now)
+	if r.cfg.Procs > 1 && r.group == nil {
+		g, err := dataparallel.StartPPO(r.ppo(m), dataparallel.Config{Procs: r.cfg.Procs,
+			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}})
+		if err != nil {
+			return Metric{}, err
+		}
+		r.group = g
+	}
+	return step(r.ppo(m), r.group, adam, r.samples, r.plan[k], r.cfg, r.now)
 }
 
 // ppo is the PPO step on m with the config's objective and pass settings.
@@ -159,7 +180,9 @@ func (r *run) memory() (train.Memory, error) {
 		}
 	}
 	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
-	return train.PlanMemory(r.model, s, passes), nil
+	m := train.PlanMemory(r.model, s, passes)
+	m.Replicas = train.ReplicaMemory(m, r.cfg.Procs)
+	return m, nil
 }
 
 // micros cuts mini-batch b into its micro-batches by the token budget: in context order
@@ -172,8 +195,9 @@ func micros(samples []Sample, b Batch, cfg Config) [][]int {
 }
 
 // step runs one mini-batch: every micro-batch's forward and backward under the
-// mini-batch divisor, then one AdamW step.
-func step(pass train.PPOStep, adam *train.AdamW, samples []Sample, b Batch, cfg Config, now func() time.Time) (Metric, error) {
+// mini-batch divisor, in turn or, with a group, across its processes, then one AdamW
+// step.
+func step(pass train.PPOStep, group *dataparallel.Group, adam *train.AdamW, samples []Sample, b Batch, cfg Config, now func() time.Time) (Metric, error) {
 	start := now()
 	lengths := make([]int, len(b.Samples))
 	for i, s := range b.Samples {
@@ -184,20 +208,29 @@ func step(pass train.PPOStep, adam *train.AdamW, samples []Sample, b Batch, cfg 
 		return Metric{}, err
 	}
 	micros := micros(samples, b, cfg)
-	var st train.Stats
+	batches := make([][]*train.Sequence, len(micros))
 	for j, mi := range micros {
-		batch := make([]*train.Sequence, len(mi))
-		for r, i := range mi {
-			batch[r] = &samples[i].Sequence
+		for _, i := range mi {
+			batches[j] = append(batches[j], &samples[i].Sequence)
 		}
-		s, err := pass.Micro(batch, div)
-		if err != nil {
+	}
+	var st train.Stats
+	if group != nil {
+		if st, err = group.Micros(batches, div); err != nil {
 			adam.ZeroGrad()
-			first := samples[mi[0]]
-			return Metric{}, fmt.Errorf("micro-batch %d of %d (first sample uid %s sample %d turn %d): %w",
-				j+1, len(micros), first.UID, first.Sample, first.Turn, err)
+			return Metric{}, fmt.Errorf("%d micro-batches across %d processes: %w", len(micros), cfg.Procs, err)
 		}
-		st = st.Merge(s)
+	} else {
+		for j, batch := range batches {
+			s, err := pass.Micro(batch, div)
+			if err != nil {
+				adam.ZeroGrad()
+				first := samples[micros[j][0]]
+				return Metric{}, fmt.Errorf("micro-batch %d of %d (first sample uid %s sample %d turn %d): %w",
+					j+1, len(micros), first.UID, first.Sample, first.Turn, err)
+			}
+			st = st.Merge(s)
+		}
 	}
 	ss, err := adam.Step()
 	if zerr := adam.ZeroGrad(); err == nil {

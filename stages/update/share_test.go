@@ -2,6 +2,7 @@ package update
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -111,5 +112,36 @@ func TestTreeMicroBatches(t *testing.T) {
 	}
 	if shared >= flat*3/4 {
 		t.Errorf("tree passes compute %d slots, the same micro-batches unshared %d: want under three quarters", shared, flat)
+	}
+}
+
+// TestProcs: an update whose micro-batches are dealt among two processes writes the
+// weights one process writes, to float32 rounding, under another cache key, and its
+// metrics agree.
+func TestProcs(t *testing.T) {
+	f := newFixture(t, groupTurns(rand.New(rand.NewPCG(7, 8)), 3, 4))
+	cfg := testConfig()
+	cfg.MicroTokenBudget = 96
+	cfg.Objective.KLCoef, cfg.Objective.EntropyCoef = 0.05, 0.01
+	one, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "one"), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Procs = 2
+	two, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "two"), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Key == two.Key {
+		t.Errorf("--procs 2 did not change the cache key %s", two.Key.Short())
+	}
+	if d := qwen2test.ChangeDiff(t, f.in.Policy, two.Dir, one.Dir); !(d <= 1e-5) {
+		t.Errorf("weights' change with two processes differs by %.3g relative, want <= 1e-5", d)
+	}
+	for _, k := range []string{"pg_loss", "kl", "entropy", "pg_clipfrac", "tokens"} {
+		g, w := two.State.Metrics[k], one.State.Metrics[k]
+		if math.Abs(g-w) > 1e-5*math.Max(1, math.Abs(w)) {
+			t.Errorf("%s = %v with two processes, %v with one", k, g, w)
+		}
 	}
 }
