@@ -15,7 +15,7 @@ INIT_FLAGS    ?= --preset tiny
 # float32). A small weight on the context tokens' NLL teaches the from-scratch model its
 # corpus and copying from context, which the response tokens alone do not within this
 # budget (held-out NLL 7.22 → 0.22). `--threads 1 --procs 2` trains about 1.2x as fast
-# here (README, "SFT in several processes") but, its gradients summed in another order,
+# here (README, "Training in several processes") but, its gradients summed in another order,
 # into another model whose table and RL phase differ; the demo keeps the table the
 # README shows.
 SFT_QUESTIONS ?= 2400
