@@ -134,6 +134,26 @@ func TestPipeline(t *testing.T) {
 			shared.Entropy, plain.Entropy, d)
 	}
 
+	// The same update across two processes (the worker is the built binary started
+	// again), small micro-batches dealt among them, scores the same.
+	procs := filepath.Join(dir, "procs")
+	cmd = exec.Command(filepath.Join(bin, "mempo-update"), "--procs", "2", "--micro-token-budget", "256",
+		"--policy", filepath.Join(run, "sft"), "--ref", filepath.Join(run, "sft"),
+		"--rollouts", filepath.Join(iter, "rollouts"), "--logprobs", filepath.Join(iter, "logprobs"),
+		"--advantages", filepath.Join(iter, "advantages"), "--seed", "1001",
+		"--lr", "1e-4", "--mini-batches", "1", "--threads", "1", "--progress", "none", "--out", procs)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mempo-update --procs 2: %v\n%s", err, out)
+	}
+	two := firstStep(t, procs)
+	if two.Micro < 2 {
+		t.Errorf("mempo iter-1 update on two processes: %d micro-batches, want several to deal", two.Micro)
+	}
+	if math.Abs(two.PPOKL) > 1e-6 || math.Abs(two.Entropy-plain.Entropy)/plain.Entropy > 1e-5 || two.Tokens != plain.Tokens {
+		t.Errorf("mempo iter-1 update on two processes: ppo_kl %g, entropy %v over %d tokens; want |ppo_kl| <= 1e-6 and one process's %v over %d",
+			two.PPOKL, two.Entropy, two.Tokens, plain.Entropy, plain.Tokens)
+	}
+
 	if out := make("run"); strings.Contains(out, bin) {
 		t.Errorf("second make ran stages, want nothing to do:\n%s", out)
 	}
@@ -160,6 +180,8 @@ func TestPipeline(t *testing.T) {
 func firstStep(t *testing.T, dir string) (m struct {
 	PPOKL   float64 `json:"ppo_kl"`
 	Entropy float64 `json:"entropy"`
+	Tokens  int     `json:"tokens"`
+	Micro   int     `json:"micro_batches"`
 }) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "_metrics.jsonl"))
