@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -77,7 +78,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	if err != nil {
 		return nil, fmt.Errorf("sft: %w", err)
 	}
-	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, world: w, questions: qs, index: idx}
+	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log, world: w, questions: qs, index: idx}
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "step", Units: "steps",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
@@ -103,6 +104,7 @@ type run struct {
 	p         *protocol.Protocol
 	seed      int64
 	now       func() time.Time
+	log       *slog.Logger
 	world     *task.World
 	questions []task.Prompt
 	index     search.Retriever
@@ -253,7 +255,7 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	if r.cfg.Procs > 1 {
 		if r.group == nil {
 			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
-				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}})
+				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}, Log: r.log})
 			if err != nil {
 				return Metric{}, err
 			}

@@ -3,6 +3,7 @@ package update
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	if err := scoredAgainst(in.Logprobs, inputs); err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now}
+	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now, log: spec.Log}
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
@@ -97,6 +98,7 @@ type run struct {
 	in      Inputs
 	seed    int64
 	now     func() time.Time
+	log     *slog.Logger
 	samples []Sample
 	plan    []Batch
 	model   qwen2.Config // the policy's, in the dtype it trains in
@@ -150,7 +152,7 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	if r.cfg.Procs > 1 && r.group == nil {
 		g, err := dataparallel.StartPPO(r.ppo(m), dataparallel.Config{Procs: r.cfg.Procs,
-			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}})
+			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}, Log: r.log})
 		if err != nil {
 			return Metric{}, err
 		}

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"syscall"
@@ -48,6 +49,7 @@ type Config struct {
 	Threads int           // libtorch threads of each worker; 0: the leader's count
 	Options qwen2.Options // what the workers build their replicas with: the leader's load options
 	Stderr  io.Writer     // the workers' standard error; nil: the leader's
+	Log     *slog.Logger  // where the group says it started; nil: nowhere
 }
 
 // Group is the leader's side of the processes that train one model: the workers it
@@ -141,6 +143,13 @@ func start(g *Group, s setup, cfg Config) (_ *Group, err error) {
 		if r.Err != "" {
 			return nil, fmt.Errorf("worker %d: %s: %w", w.rank, r.Err, ErrWorker)
 		}
+	}
+	if cfg.Log != nil {
+		pids := make([]int, len(g.workers))
+		for i, w := range g.workers {
+			pids[i] = w.cmd.Process.Pid
+		}
+		cfg.Log.Info("data parallel", "procs", cfg.Procs, "threads", s.Threads, "workers", pids, "shared_bytes", len(g.mem.mem))
 	}
 	return g, nil
 }
