@@ -161,6 +161,8 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	switch {
 	case len(s.Prompt) == 0:
 		return 0, errors.New("engine: empty prompt")
+	case s.Past != nil || s.KeepPast:
+		return 0, errors.New("engine: a request carrying keys and values between turns (Past, KeepPast) is Generate's, not an engine's")
 	case len(s.Prompt) >= e.m.Config.MaxPositions:
 		return 0, fmt.Errorf("engine: prompt of %d tokens leaves no room within max_position_embeddings %d: shorten the prompt", len(s.Prompt), e.m.Config.MaxPositions)
 	case !e.Fits(s):

@@ -220,6 +220,7 @@ func TestEngineLimits(t *testing.T) {
 		{"empty prompt", seq(0, 1), "empty prompt"},
 		{"prompt too long", seq(64, 1), "max_position_embeddings 64"},
 		{"bad sampling", seq(1, 0), "max_new_tokens"},
+		{"keeps a past", Sequence{Request: Request{Prompt: []int64{1}, KeepPast: true}, Sampling: sample.Config{MaxNewTokens: 1}}, "Generate's"},
 	} {
 		e.Close()
 		if _, err := e.Add(tt.seq); err == nil || !strings.Contains(err.Error(), tt.want) {

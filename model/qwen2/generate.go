@@ -24,6 +24,13 @@ type Request struct {
 	// config) gives the same tokens whatever else is in the batch, up to the
 	// floating-point caveat in Generate.
 	Seed uint64
+	// Past, when set, holds keys and values of an earlier completion of this
+	// sequence: the slots of its tokens that begin Prompt are reused, and only the
+	// rest of Prompt runs. Generate reads it; the caller still owns it.
+	Past *Past
+	// KeepPast asks for the completion's Past, for the sequence's next turn. Both
+	// are Generate's: an Engine refuses them.
+	KeepPast bool
 }
 
 // Completion is the generated continuation of one Request.
@@ -33,6 +40,9 @@ type Completion struct {
 	// before top-k/top-p truncation (T = 1 when greedy); see sample.Sampler.Pick.
 	LogProbs []float32
 	Finish   string
+	// Past holds the keys and values of the prompt and of every token but the last,
+	// when the request asked for it (KeepPast); the caller drops it.
+	Past *Past
 }
 
 // Generate continues every request in one batch with a KV cache. Prompts of
@@ -40,7 +50,10 @@ type Completion struct {
 // that finish are dropped from the cache. Tokens are drawn on the host from each
 // row's float32 logits with that row's own random stream, one draw per token, rows
 // spread over GOMAXPROCS goroutines. Each step feeds only the rows' newest tokens,
-// through projections fused once per call (see fused).
+// through projections fused once per call (see fused). A request with a Past runs
+// only the prompt tokens past it; its tokens and log-probs are those of the whole
+// prompt up to the same floating-point caveat (the reused keys and values were
+// computed in other batch shapes).
 //
 // Batch independence: a row's arithmetic is the same whatever its neighbours, but
 // libtorch may pick different GEMM kernels for different batch shapes, so logits can
@@ -67,6 +80,13 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 			return nil, fmt.Errorf("generate: request %d: %w", i, err)
 		}
 	}
+	defer func() { // after Catch has turned a libtorch panic into err
+		if err != nil {
+			for _, c := range out {
+				c.Past.Drop()
+			}
+		}
+	}()
 	defer torch.Catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
 	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
 	// autograd, which the in-place ops of the forward pass rely on.
@@ -93,7 +113,7 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 	picks := make([]pick, len(reqs))
 	fs := m.fuse()
 	defer freeFused(fs)
-	cache, tokens, start, valid := m.prefillTrunks(reqs, cfg.MaxNewTokens, fs)
+	cache, tokens, start, valid := m.prefill(reqs, cfg.MaxNewTokens, fs)
 	defer cache.Drop()
 	for len(active) > 0 {
 		b := NewBatch(tokens, start, valid, cache.Len())
@@ -113,6 +133,10 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 				c.Finish = FinishLength
 			default:
 				keep = append(keep, int64(row))
+				continue
+			}
+			if reqs[req].KeepPast {
+				c.Past = m.keepPast(cache, row, valid[row], slices.Concat(reqs[req].Prompt, c.Tokens[:len(c.Tokens)-1]))
 			}
 		}
 		if len(keep) == 0 {
@@ -135,6 +159,15 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		active, valid = nextActive, nextValid
 	}
 	return out, nil
+}
+
+// prefill starts the decode of reqs from their Pasts (prefillPasts) when any carries
+// one, from their shared prefixes (prefillTrunks) otherwise.
+func (m *Model) prefill(reqs []Request, maxNew int, fs []fused) (cache *Cache, tokens [][]int64, start []int, valid [][]bool) {
+	if hasPast(reqs) {
+		return m.prefillPasts(reqs, maxNew)
+	}
+	return m.prefillTrunks(reqs, maxNew, fs)
 }
 
 // sharePrompts switches prefillTrunks' sharing; a variable so a benchmark can time the

@@ -438,3 +438,62 @@ func collectorPressure() (stop func()) {
 	}()
 	return func() { close(done); wg.Wait() }
 }
+
+// TestGeneratePast runs three turns of four sequences, each turn's prompt the last
+// turn's prompt, its completion and a few new tokens (an agent keeping its whole
+// context): once from the whole prompt each turn and once from the last turn's Past.
+// Tokens must be identical and log-probs within 1e-5; a reused slot at the wrong
+// position or visible to the wrong row changes them far beyond that. The Past holds
+// exactly the tokens fed, a prompt that departs from it reuses only the common part,
+// and every tensor is freed.
+func TestGeneratePast(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	base := liveTensors()
+	for _, cfg := range []sample.Config{{Temperature: 1, MaxNewTokens: 8, Stop: [][]int64{{7}}}, {MaxNewTokens: 8}} {
+		reqs := testRequests(4)
+		pasts := make([]*Past, len(reqs))
+		for turn := range 3 {
+			whole := generate(t, m, reqs, cfg)
+			with := slices.Clone(reqs)
+			for i := range with {
+				with[i].Past, with[i].KeepPast = pasts[i], true
+			}
+			if turn > 0 && !hasPast(with) {
+				t.Fatalf("turn %d: no request reuses its Past", turn)
+			}
+			got := generate(t, m, with, cfg)
+			for i := range reqs {
+				if diff := cmp.Diff(whole[i].Tokens, got[i].Tokens); diff != "" {
+					t.Errorf("T=%g turn %d request %d tokens (-whole +past):\n%s", cfg.Temperature, turn, i, diff)
+				}
+				if d := maxAbsDiff(whole[i].LogProbs, got[i].LogProbs); d > 1e-5 {
+					t.Errorf("T=%g turn %d request %d: max |Δlogprob| = %g, want <= 1e-5", cfg.Temperature, turn, i, d)
+				}
+				if whole[i].Past != nil {
+					t.Errorf("turn %d request %d: a Past nobody asked for", turn, i)
+				}
+				p := got[i].Past
+				if want := len(reqs[i].Prompt) + len(got[i].Tokens) - 1; p == nil || p.Len() != want {
+					t.Fatalf("turn %d request %d: Past of %v tokens, want %d", turn, i, p, want)
+				}
+				pasts[i].Drop()
+				pasts[i] = p
+				next := slices.Concat(reqs[i].Prompt, got[i].Tokens, randomTokens(rng, 2+rng.IntN(5), 97))
+				if i == 3 { // a context that departs from the last one after its first tokens
+					next = slices.Concat(reqs[i].Prompt[:2], randomTokens(rng, 6, 97))
+				}
+				if n, want := p.reuse(next), min(p.Len(), len(next)-1); i < 3 && n != want {
+					t.Errorf("turn %d request %d: reuses %d slots, want %d", turn, i, n, want)
+				}
+				reqs[i].Prompt = next
+			}
+		}
+		for _, p := range pasts {
+			p.Drop()
+		}
+	}
+	if n := liveTensors(); n != base {
+		t.Errorf("%d live tensors after dropping every Past, want %d", n, base)
+	}
+}

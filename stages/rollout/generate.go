@@ -82,6 +82,28 @@ type model struct {
 	m        *qwen2.Model
 	cfg      sample.Config // with the stop sequences
 	maxBatch int
+	// carry keeps each trajectory's keys and values from one turn to the next, for a
+	// context policy whose every context extends the last (full): a turn then runs
+	// only the tokens it adds, not its whole context again.
+	carry bool
+	pasts map[slot]*qwen2.Past
+}
+
+// close drops the carried keys and values and the model.
+func (s *model) close() {
+	s.dropPasts(nil)
+	s.m.Drop()
+}
+
+// dropPasts drops the carried keys and values of every trajectory not in keep: an
+// episode that is done is in no later batch.
+func (s *model) dropPasts(keep map[slot]bool) {
+	for k, p := range s.pasts {
+		if !keep[k] {
+			p.Drop()
+			delete(s.pasts, k)
+		}
+	}
 }
 
 // sample generates every request that fits the model's positions, in batches of
@@ -92,13 +114,16 @@ type model struct {
 func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generation, error) {
 	out := make([]protocol.Generation, len(reqs))
 	var todo []int
+	active := map[slot]bool{}
 	for i, r := range reqs {
 		if len(r.Context) >= s.m.Config.MaxPositions {
 			out[i] = protocol.Generation{IDs: []int32{}, Logprobs: []float32{}, Truncated: true}
 			continue
 		}
+		active[slot{r.UID, r.Sample}] = true
 		todo = append(todo, i)
 	}
+	s.dropPasts(active)
 	size := s.maxBatch
 	if size <= 0 {
 		size = len(todo)
@@ -110,7 +135,8 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 		batch := todo[lo:min(lo+size, len(todo))]
 		qs := make([]qwen2.Request, len(batch))
 		for j, i := range batch {
-			qs[j] = qwen2.Request{Prompt: qwen2.Tokens(reqs[i].Context), Seed: reqs[i].Seed}
+			k := slot{reqs[i].UID, reqs[i].Sample}
+			qs[j] = qwen2.Request{Prompt: qwen2.Tokens(reqs[i].Context), Seed: reqs[i].Seed, Past: s.pasts[k], KeepPast: s.carry}
 		}
 		comps, err := s.m.Generate(qs, s.cfg)
 		if err != nil {
@@ -119,6 +145,11 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 		}
 		for j, i := range batch {
 			c := comps[j]
+			if c.Past != nil {
+				k := slot{reqs[i].UID, reqs[i].Sample}
+				s.pasts[k].Drop()
+				s.pasts[k] = c.Past
+			}
 			ids := make([]int32, len(c.Tokens))
 			for k, t := range c.Tokens {
 				ids[k] = int32(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/torch"
 )
 
@@ -153,6 +154,72 @@ func TestModelRolloutsReproducible(t *testing.T) {
 	})
 	if n := len(ts.ExistingTensors); n != before {
 		t.Errorf("live tensors after every run: %d, want %d", n, before)
+	}
+}
+
+// carryWatch is the policy sampler with its carried keys and values counted: most is
+// the most trajectories it carried into a turn.
+type carryWatch struct {
+	*model
+	most int
+}
+
+func (w *carryWatch) sample(ctx context.Context, reqs []request) ([]protocol.Generation, error) {
+	w.most = max(w.most, len(w.pasts))
+	return w.model.sample(ctx, reqs)
+}
+
+// TestFullContextCarry rolls out the full-context policy through the stage twice: as Run
+// does, each trajectory's keys and values carried from one turn to the next, and with
+// every turn's context run whole. Rows must be identical but for sampling log-probs
+// within 1e-5 (the reused keys and values were computed in other batch shapes), the
+// carried run must have carried every running trajectory, and nothing may stay live.
+func TestFullContextCarry(t *testing.T) {
+	if err := torch.SetNumThreads(1); err != nil {
+		t.Fatal(err)
+	}
+	f := testFixture(t)
+	cfg := modelConfig(3)
+	cfg.Context, cfg.MaxTurns = protocol.Full, 4
+	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index}
+	before := torch.Live()
+	root := t.TempDir()
+	var watches []*carryWatch
+	for _, carry := range []bool{true, false} {
+		load := func(cfg Config, policy string, tok *bpe.Tokenizer) (sampler, func(), error) {
+			s, release, err := loadModel(cfg, policy, tok)
+			if err != nil {
+				return nil, nil, err
+			}
+			w := &carryWatch{model: s.(*model)}
+			w.carry = carry
+			watches = append(watches, w)
+			return w, release, nil
+		}
+		if _, err := run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(root, fmt.Sprint(carry)), Seed: 3}, load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	carried, whole := readRows(t, filepath.Join(root, "true")), readRows(t, filepath.Join(root, "false"))
+	later := 0
+	for _, r := range carried {
+		if r.Turn > 0 {
+			later++
+		}
+	}
+	if later == 0 || watches[0].most < cfg.N*cfg.PromptsPerShard/2 || watches[1].most != 0 {
+		t.Fatalf("%d rows after a first turn; carried at most %d and %d trajectories into a turn: want later turns, and carrying only in the first run", later, watches[0].most, watches[1].most)
+	}
+	if diff := cmp.Diff(whole, carried, cmpopts.IgnoreFields(format.Rollout{}, "SamplingLogprobs")); diff != "" {
+		t.Errorf("rows (-whole contexts +carried):\n%s", diff)
+	}
+	if d := maxLogprobDiff(whole, carried); d > 1e-5 {
+		t.Errorf("max |Δ sampling_logprob| = %g, want <= 1e-5", d)
+	} else {
+		t.Logf("%d rows, %d of later turns: max |Δ sampling_logprob| = %g", len(carried), later, d)
+	}
+	if n := torch.Live(); n != before {
+		t.Errorf("live tensors after both runs: %d, want %d", n, before)
 	}
 }
 

@@ -54,7 +54,8 @@ func loadModel(cfg Config, policy string, tok *bpe.Tokenizer) (sampler, func(), 
 	}
 	sc := cfg.Sampling()
 	sc.Stop = stops(cfg.Protocol, tok)
-	return &model{m: m, cfg: sc, maxBatch: cfg.MaxBatch}, m.Drop, nil
+	s := &model{m: m, cfg: sc, maxBatch: cfg.MaxBatch, carry: cfg.Context == protocol.Full, pasts: map[slot]*qwen2.Past{}}
+	return s, s.close, nil
 }
 
 func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader) (*jobs.Result, error) {

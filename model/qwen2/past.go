@@ -1,0 +1,108 @@
+package qwen2
+
+import (
+	"fmt"
+
+	"github.com/mempo/mempo/model/torch"
+)
+
+// Past is what a finished completion leaves for the next turn of the same sequence:
+// the keys and values of its prompt and of every generated token but the last (which
+// was sampled, never fed), on the model that generated it. A request whose prompt
+// begins with those tokens, as a multi-turn agent's next context does when it keeps
+// everything (the full-context policy), runs only the tokens past them, so an episode
+// costs its new tokens each turn instead of its whole context again (what
+// past_key_values carries in transformers). The caller owns a Past and drops it.
+type Past struct {
+	ids   []int64
+	cache *Cache // one row, Len() == len(ids)
+}
+
+// Len is the number of tokens whose keys and values the Past holds.
+func (p *Past) Len() int { return len(p.ids) }
+
+// Drop frees the keys and values; a second Drop, or one on nil, does nothing.
+func (p *Past) Drop() {
+	if p != nil && p.cache != nil {
+		p.cache.Drop()
+		p.cache = nil
+	}
+}
+
+// reuse is how many of prompt's first tokens p's slots serve: their common prefix,
+// less one when that is the whole prompt, since the last prompt token must run to
+// give the first logits.
+func (p *Past) reuse(prompt []int64) int {
+	if p == nil || p.cache == nil {
+		return 0
+	}
+	n := 0
+	for n < len(p.ids) && n < len(prompt) && p.ids[n] == prompt[n] {
+		n++
+	}
+	return min(n, len(prompt)-1)
+}
+
+// hasPast reports whether any request reuses a Past.
+func hasPast(reqs []Request) bool {
+	for _, r := range reqs {
+		if r.Past.reuse(r.Prompt) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// prefillPasts starts the decode of reqs when some carry a Past: row i's first slots
+// are the reusable slots of its Past, copied in, and its first batch row is the rest
+// of its prompt, from that position. Rows without one start empty and run their
+// whole prompt (no trunk sharing: an agent's turns start together, so a batch mixes
+// the two only when some episodes outlive others' first turn).
+func (m *Model) prefillPasts(reqs []Request, maxNew int) (cache *Cache, tokens [][]int64, start []int, valid [][]bool) {
+	tokens, start = make([][]int64, len(reqs)), make([]int, len(reqs))
+	width, rest := 0, 0
+	for i, r := range reqs {
+		start[i] = r.Past.reuse(r.Prompt)
+		tokens[i] = r.Prompt[start[i]:]
+		width, rest = max(width, start[i]), max(rest, len(tokens[i]))
+	}
+	cache = m.NewCache(len(reqs), width+rest+maxNew)
+	valid = make([][]bool, len(reqs))
+	for i, r := range reqs {
+		valid[i] = make([]bool, width)
+		for s := range start[i] {
+			valid[i][s] = true
+		}
+		if start[i] == 0 {
+			continue
+		}
+		n := int64(start[i])
+		for l := range cache.layers {
+			dst, src := &cache.layers[l], &r.Past.cache.layers[l]
+			for _, p := range [2][2]torch.Raw{{dst.k, src.k}, {dst.v, src.v}} {
+				row := p[0].Narrow(0, int64(i), 1)
+				into := row.Narrow(2, 0, n)
+				from := p[1].Narrow(2, 0, n)
+				into.CopyFrom(from)
+				torch.Free(row, into, from)
+			}
+		}
+	}
+	cache.len = int64(width)
+	return cache, tokens, start, valid
+}
+
+// keepPast copies row of cache, whose tokens sit in the slots valid marks, into a
+// Past of the tokens ids that those slots hold.
+func (m *Model) keepPast(cache *Cache, row int, valid []bool, ids []int64) *Past {
+	var slots []int
+	for s, ok := range valid[:cache.Len()] {
+		if ok {
+			slots = append(slots, s)
+		}
+	}
+	if len(slots) != len(ids) {
+		panic(fmt.Sprintf("kv cache: row %d holds %d slots for %d tokens", row, len(slots), len(ids)))
+	}
+	return &Past{ids: ids, cache: m.packRows([]rowSlots{{from: cache, row: row, slots: slots}}, len(slots))}
+}
