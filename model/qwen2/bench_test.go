@@ -1,6 +1,7 @@
 package qwen2
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -182,6 +183,53 @@ func BenchmarkGenerateSharedPrompts(b *testing.B) {
 				b.ReportMetric(float64(best[0].Microseconds())/1e3, "unshared-ms")
 				b.ReportMetric(float64(best[1].Microseconds())/1e3, "shared-ms")
 				b.ReportMetric(best[0].Seconds()/best[1].Seconds(), "shared-speedup")
+			})
+		}
+	})
+}
+
+// BenchmarkGenerateFullContext times one later turn of 16 full-context agents on the
+// tiny preset: each context is its earlier turns (context tokens before, one turn's
+// completion of up to 32 tokens) plus a 60-token observation, run whole (no-past) or
+// from the last turn's Past (past), which runs only the completion's last token and
+// the observation. Best of the iterations, with the ratio.
+func BenchmarkGenerateFullContext(b *testing.B) {
+	torchtest.ForThreads(b, []int{1}, func(b *testing.B) {
+		m := benchModel(b, "tiny", 0)
+		rng := rand.New(rand.NewPCG(6, 6))
+		cfg := sample.Config{Temperature: 1, MaxNewTokens: 32}
+		for _, context := range []int{200, 600} {
+			b.Run(fmt.Sprintf("context-%d", context), func(b *testing.B) {
+				var reqs []Request
+				for i := range 16 {
+					reqs = append(reqs, Request{Prompt: randomTokens(rng, context, m.Config.VocabSize), Seed: uint64(i), KeepPast: true})
+				}
+				first, err := m.Generate(reqs, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				whole, past := make([]Request, len(reqs)), make([]Request, len(reqs))
+				for i, c := range first {
+					defer c.Past.Drop()
+					p := slices.Concat(reqs[i].Prompt, c.Tokens, randomTokens(rng, 60, m.Config.VocabSize))
+					whole[i] = Request{Prompt: p, Seed: uint64(100 + i)}
+					past[i] = Request{Prompt: p, Seed: uint64(100 + i), Past: c.Past}
+				}
+				var best [2]time.Duration
+				for b.Loop() {
+					for i, turn := range [][]Request{whole, past} {
+						start := time.Now()
+						if _, err := m.Generate(turn, cfg); err != nil {
+							b.Fatal(err)
+						}
+						if d := time.Since(start); best[i] == 0 || d < best[i] {
+							best[i] = d
+						}
+					}
+				}
+				b.ReportMetric(float64(best[0].Microseconds())/1e3, "no-past-ms")
+				b.ReportMetric(float64(best[1].Microseconds())/1e3, "past-ms")
+				b.ReportMetric(best[0].Seconds()/best[1].Seconds(), "past-speedup")
 			})
 		}
 	})
