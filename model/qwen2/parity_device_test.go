@@ -1,6 +1,7 @@
 package qwen2
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -80,6 +81,7 @@ func TestDeviceParity(t *testing.T) {
 				t.Run("logits", func(t *testing.T) { parityLogits(t, ref, got, tol) })
 				t.Run("logprobs", func(t *testing.T) { parityLogProbs(t, ref, got, tol) })
 				t.Run("greedy", func(t *testing.T) { parityGreedy(t, ref, got, tol) })
+				t.Run("past", func(t *testing.T) { parityPast(t, got, dtype, tol) })
 			})
 		}
 	}
@@ -228,4 +230,48 @@ func parityGreedy(t *testing.T, ref, got *Model, tol parityTolerance) {
 	t.Logf("parity %s greedy: %d of %d rows equal to the CPU's own greedy tokens", t.Name(), same, len(reqs))
 	torchtest.CheckDiff(t, "greedy CPU logit gap", torchtest.Diff64(gaps, zeros), scale, tol.gap)
 	torchtest.CheckDiff(t, "greedy log-probs", torchtest.Diff64(scores, pairsLP), 1, tol.logprobs)
+}
+
+// parityPast runs a second turn of 3 greedy sequences on the device from the first
+// turn's Pasts and from the whole prompts: each Past is in host memory, and the
+// completions agree (tokens identical in float32; log-probs of the tokens both share
+// within the log-prob tolerance).
+func parityPast(t *testing.T, m *Model, dtype string, tol parityTolerance) {
+	rng := rand.New(rand.NewPCG(17, 17))
+	cfg := sample.Config{MaxNewTokens: 8}
+	var reqs []Request
+	for i := range 3 {
+		reqs = append(reqs, Request{Prompt: randomTokens(rng, 20+5*i, m.Config.VocabSize), Seed: uint64(i), KeepPast: true})
+	}
+	first, err := m.Generate(reqs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, carried := make([]Request, len(reqs)), make([]Request, len(reqs))
+	for i, c := range first {
+		defer c.Past.Drop()
+		if dev := c.Past.cache.layers[0].k.Device(); dev.IsCuda() {
+			t.Errorf("request %d: Past on %v, want the host", i, dev)
+		}
+		p := slices.Concat(reqs[i].Prompt, c.Tokens, randomTokens(rng, 5, m.Config.VocabSize))
+		whole[i], carried[i] = Request{Prompt: p, Seed: uint64(i)}, Request{Prompt: p, Seed: uint64(i), Past: c.Past}
+	}
+	want, err := m.Generate(whole, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Generate(carried, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if dtype == "float32" && !slices.Equal(want[i].Tokens, got[i].Tokens) {
+			t.Errorf("request %d: tokens %v from the Past, %v from the whole prompt", i, got[i].Tokens, want[i].Tokens)
+		}
+		for j := 0; j < min(len(want[i].Tokens), len(got[i].Tokens)) && want[i].Tokens[j] == got[i].Tokens[j]; j++ {
+			if d := math.Abs(float64(want[i].LogProbs[j] - got[i].LogProbs[j])); d > tol.logprobs.Max {
+				t.Errorf("request %d token %d: log-prob %g from the Past, %g whole (|Δ| > %g)", i, j, got[i].LogProbs[j], want[i].LogProbs[j], tol.logprobs.Max)
+			}
+		}
+	}
 }

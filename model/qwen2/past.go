@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/sugarme/gotch"
 )
 
 // Past is what a finished completion leaves for the next turn of the same sequence:
@@ -12,7 +13,10 @@ import (
 // begins with those tokens, as a multi-turn agent's next context does when it keeps
 // everything (the full-context policy), runs only the tokens past them, so an episode
 // costs its new tokens each turn instead of its whole context again (what
-// past_key_values carries in transformers). The caller owns a Past and drops it.
+// past_key_values carries in transformers). A Past lives in host memory whatever the
+// model's device, so the sequences an agent carries between turns hold no device
+// memory: the device holds a turn's batch, as without them. The caller owns a Past
+// and drops it.
 type Past struct {
 	ids   []int64
 	cache *Cache // one row, Len() == len(ids)
@@ -104,5 +108,15 @@ func (m *Model) keepPast(cache *Cache, row int, valid []bool, ids []int64) *Past
 	if len(slots) != len(ids) {
 		panic(fmt.Sprintf("kv cache: row %d holds %d slots for %d tokens", row, len(slots), len(ids)))
 	}
-	return &Past{ids: ids, cache: m.packRows([]rowSlots{{from: cache, row: row, slots: slots}}, len(slots))}
+	c := m.packRows([]rowSlots{{from: cache, row: row, slots: slots}}, len(slots))
+	if m.device.IsCuda() {
+		for i := range c.layers {
+			l := &c.layers[i]
+			k, v := l.k.ToDevice(gotch.CPU), l.v.ToDevice(gotch.CPU)
+			torch.Free(l.k, l.v)
+			l.k, l.v = k, v
+		}
+		c.device = gotch.CPU
+	}
+	return &Past{ids: ids, cache: c}
 }

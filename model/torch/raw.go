@@ -84,6 +84,12 @@ func (r Raw) Size() []int64 {
 // DType is the element type.
 func (r Raw) DType() gotch.DType { return gotch.CKind2DType(lib.AtScalarType(r.c)) }
 
+// Device is where the tensor's storage lives.
+func (r Raw) Device() gotch.Device {
+	var d gotch.Device
+	return d.OfCInt(int32(lib.AtDevice(r.c)))
+}
+
 // Drop frees tensors now instead of leaving them to finalizers; nil entries are skipped.
 func Drop(xs ...*ts.Tensor) {
 	for _, x := range xs {
