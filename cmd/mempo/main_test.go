@@ -182,6 +182,7 @@ func TestServePolicyFlags(t *testing.T) {
 	}
 	for _, want := range []string{
 		"--max-batch ", "--max-batch-tokens", "(default: 64)", "(default: 524288)", "continuous", "--max-inflight", "503",
+		"--prefix-cache-tokens",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("serve-policy --help lacks %q:\n%s", want, help)
@@ -191,6 +192,7 @@ func TestServePolicyFlags(t *testing.T) {
 	for _, tt := range []struct{ flag, value string }{
 		{"max-batch", "0"},
 		{"max-batch-tokens", "0"},
+		{"prefix-cache-tokens", "-1"},
 		{"max-tokens", "0"},
 		{"max-inflight", "0"},
 	} {

@@ -62,6 +62,9 @@ waits, and so do the requests behind it. A request alone always runs. Every
 request samples from its own seeded stream: its tokens are those of the in-process
 engine (mempo-rollout --engine local) for that request alone, whatever joins or
 leaves around it; log-probs may differ in the last bits with the batch's shape.
+With --prefix-cache-tokens, a request whose prompt begins with an earlier request's
+prompt and completion reuses their KV cache and prefills only the rest (its
+log-probs, and rarely a token, may then differ in the last bits).
 
 Every request is bounded (see Limits): a refused one gets {"error": {"message",
 "type", "code"}} naming the limit and its flag, with 413 for a body over
@@ -84,6 +87,10 @@ func (s *servePolicyCmd) flags() *app.Flags {
 		app.Int(&s.engine.TokenBudget, cli.IntFlag{Name: "max-batch-tokens", Category: "Policy server",
 			Usage: "KV-cache token slots of the running batch at most: rows x (longest context + most max_tokens left); " +
 				"a slot takes layers x 2 x kv_heads x head_dim values (57 KB for Qwen2.5-7B in bf16)"}).Check(app.AtLeast(&s.engine.TokenBudget, 1)),
+		app.Int(&s.engine.PrefixCache, cli.IntFlag{Name: "prefix-cache-tokens", Category: "Policy server",
+			Usage: "token slots of finished requests' KV cache kept, in host memory, least recently used out first: a request whose prompt " +
+				"begins with an earlier one's prompt and completion (a full-context agent's next turn) or its prompt (another sample) " +
+				"prefills only the rest; 0 keeps none, so a request's tokens do not depend on earlier ones even in the last bits"}).Check(app.AtLeast(&s.engine.PrefixCache, 0)),
 	}, torchflag.Runtime(&s.device, &s.dtype), []app.Flag{
 		app.Int(&s.cfg.MaxTokens, cli.IntFlag{Name: "max-tokens", Category: "Limits", Usage: "largest max_tokens a request may ask for; more is refused with 400"}),
 		app.Int(&s.cfg.MaxStops, cli.IntFlag{Name: "max-stops", Category: "Limits", Usage: "most stop strings in one request; more is refused with 400"}),

@@ -28,6 +28,13 @@ type EngineConfig struct {
 	// remaining max_tokens still fits. A slot costs layers · 2 · kv_heads · head_dim
 	// elements (57 KB for Qwen2.5-7B in bf16, 8 KB for the tiny preset in float32).
 	TokenBudget int `json:"token_budget"`
+	// PrefixCache is how many token slots of finished sequences' keys and values
+	// the engine keeps, in host memory, for later prompts that begin with a
+	// sequence's prompt and completion (a full-context agent's next turn) or with
+	// its prompt (another sample): those prefill only the rest. 0 keeps none. A
+	// reused prefix changes a sequence's logits only in the last bits, as the
+	// batch's shape does.
+	PrefixCache int `json:"prefix_cache"`
 }
 
 // DefaultEngineConfig is 64 rows and 2¹⁹ token slots: 64 sequences of 8k tokens.
@@ -83,13 +90,16 @@ type Engine struct {
 	nextID  int
 	// samps[w] are worker w's samplers, one per pick setting.
 	samps []map[pickKey]*sample.Sampler
+	// prefix stores finished sequences' keys and values (nil: PrefixCache 0).
+	prefix *prefixes
 }
 
 // sequence is a sequence held by an Engine.
 type sequence struct {
 	id        int
-	prompt    int // prompt tokens
-	limit     int // tokens it may generate: max_tokens, or fewer near max_position_embeddings
+	prompt    int     // prompt tokens
+	ids       []int64 // the prompt, kept when the engine stores prefixes
+	limit     int     // tokens it may generate: max_tokens, or fewer near max_position_embeddings
 	stop      [][]int64
 	key       pickKey
 	rng       *rand.Rand
@@ -107,10 +117,14 @@ type pickKey struct {
 
 // NewEngine returns an empty engine over m.
 func (m *Model) NewEngine(cfg EngineConfig) (*Engine, error) {
-	if cfg.MaxRows < 1 || cfg.TokenBudget < 1 {
-		return nil, fmt.Errorf("engine: max_rows %d, token_budget %d: want at least 1 each: %w", cfg.MaxRows, cfg.TokenBudget, ErrEngineConfig)
+	if cfg.MaxRows < 1 || cfg.TokenBudget < 1 || cfg.PrefixCache < 0 {
+		return nil, fmt.Errorf("engine: max_rows %d, token_budget %d, prefix_cache %d: want at least 1, 1 and 0: %w", cfg.MaxRows, cfg.TokenBudget, cfg.PrefixCache, ErrEngineConfig)
 	}
-	return &Engine{m: m, cfg: cfg, held: map[int]*sequence{}}, nil
+	e := &Engine{m: m, cfg: cfg, held: map[int]*sequence{}}
+	if cfg.PrefixCache > 0 {
+		e.prefix = &prefixes{budget: cfg.PrefixCache}
+	}
+	return e, nil
 }
 
 // Len is the number of sequences held: running, joining, or finished and not yet
@@ -176,6 +190,9 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	}
 	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, key: samp, rng: sample.NewRNG(s.Seed),
 		limit: min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))}
+	if e.prefix != nil {
+		q.ids = s.Prompt
+	}
 	defer e.idle()
 	defer torch.Catch(fmt.Sprintf("engine: prefill of a prompt of %d tokens", len(s.Prompt)), &err)
 	torch.Do(func() {
@@ -190,10 +207,13 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 				cache.Drop()
 			}
 		}()
-		logits := e.m.lastLogits(NewBatch([][]int64{s.Prompt}, []int{0}, nil, 0), cache, e.fs)
+		logits := e.m.lastLogits(e.prefill(s.Prompt, cache), cache, e.fs)
 		tok, lp := e.sampler(0, samp).Pick(logits, q.rng)
 		if q.push(tok, lp) {
 			e.done = append(e.done, Finished{ID: q.id, Completion: q.out})
+			if e.prefix != nil {
+				e.prefix.add(e.m.keepPast(cache, 0, slices.Repeat([]bool{true}, len(s.Prompt)), s.Prompt))
+			}
 		} else {
 			q.cache, keep = cache, true
 			e.pending = append(e.pending, q)
@@ -290,6 +310,9 @@ func (e *Engine) step() {
 	for r, s := range e.rows {
 		if s.push(picks[r].tok, picks[r].lp) {
 			e.done = append(e.done, Finished{ID: s.id, Completion: s.out})
+			if e.prefix != nil {
+				e.prefix.add(e.m.keepPast(e.cache, r, e.valid[r], slices.Concat(s.ids, s.out.Tokens[:len(s.out.Tokens)-1])))
+			}
 		} else {
 			live = append(live, r)
 		}
@@ -409,7 +432,36 @@ func (e *Engine) Close() {
 	}
 	e.cache, e.rows, e.valid, e.pending, e.done = nil, nil, nil, nil, nil
 	clear(e.held)
+	if e.prefix != nil {
+		e.prefix.drop()
+	}
 	e.idle()
+}
+
+// PrefixStats reports the reuse of stored prefixes (see EngineConfig.PrefixCache).
+func (e *Engine) PrefixStats() PrefixStats {
+	if e.prefix == nil {
+		return PrefixStats{}
+	}
+	st := e.prefix.stats
+	st.Held = e.prefix.held
+	return st
+}
+
+// prefill lays out a sequence's prefill into its one-row cache: the whole prompt, or,
+// when a stored prefix serves its first tokens, those copied into the cache and the
+// rest of the prompt.
+func (e *Engine) prefill(prompt []int64, cache *Cache) Batch {
+	if e.prefix == nil {
+		return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
+	}
+	p, n := e.prefix.best(prompt)
+	if n == 0 {
+		return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
+	}
+	cache.copyPast(0, p, n)
+	cache.len = int64(n)
+	return NewBatch([][]int64{prompt[n:]}, []int{n}, [][]bool{slices.Repeat([]bool{true}, n)}, n)
 }
 
 // seq is 0, 1, …, n-1.

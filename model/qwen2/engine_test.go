@@ -3,6 +3,7 @@ package qwen2
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,5 +259,86 @@ func TestEngineUnderCollector(t *testing.T) {
 				t.Errorf("%s case %d: completion changed under the collector (-quiet +loud):\n%s", dt, i, diff)
 			}
 		}
+	}
+}
+
+// TestEnginePrefixCache runs an agent's two turns and another sample of its prompt
+// through an engine that stores prefixes: the second turn (its prompt the first's
+// prompt, completion and an observation) and the other sample each prefill from the
+// stored keys and values, their completions equal Generate's for them alone (tokens
+// identical, log-probs within 1e-5), a turn's prefix supersedes its last turn's, a
+// prefix over the budget is not stored, and Close frees everything.
+func TestEnginePrefixCache(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	base := liveTensors()
+	rng := rand.New(rand.NewPCG(21, 22))
+	e, err := m.NewEngine(EngineConfig{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(s Sequence) Completion {
+		t.Helper()
+		id, err := e.Add(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e.Len() > 0 {
+			done, err := e.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range done {
+				if f.ID == id {
+					alone := generate(t, m, []Request{s.Request}, s.Sampling)[0]
+					if diff := cmp.Diff(alone.Tokens, f.Tokens); diff != "" {
+						t.Errorf("prompt of %d tokens: tokens (-alone +engine):\n%s", len(s.Prompt), diff)
+					}
+					if d := maxAbsDiff(alone.LogProbs, f.LogProbs); d > 1e-5 {
+						t.Errorf("prompt of %d tokens: max |Δlogprob| = %g, want <= 1e-5", len(s.Prompt), d)
+					}
+					return f.Completion
+				}
+			}
+		}
+		t.Fatal("the sequence never finished")
+		return Completion{}
+	}
+	greedy := sample.Config{MaxNewTokens: 6}
+	prompt := randomTokens(rng, 20, 97)
+	first := run(Sequence{Request: Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
+	held := len(prompt) + len(first.Tokens) - 1
+	if st := e.PrefixStats(); st != (PrefixStats{Held: held}) {
+		t.Fatalf("after the first turn: %+v, want %d tokens held and no hit", st, held)
+	}
+	next := slices.Concat(prompt, first.Tokens, randomTokens(rng, 7, 97))
+	second := run(Sequence{Request: Request{Prompt: next, Seed: 2}, Sampling: greedy})
+	want := PrefixStats{Hits: 1, Reused: held, Held: len(next) + len(second.Tokens) - 1}
+	if st := e.PrefixStats(); st != want {
+		t.Fatalf("after the second turn: %+v, want %+v (the first turn's prefix reused, then superseded)", st, want)
+	}
+	run(Sequence{Request: Request{Prompt: prompt, Seed: 3}, Sampling: sample.Config{Temperature: 1, MaxNewTokens: 6}})
+	if st := e.PrefixStats(); st.Hits != 2 || st.Reused != held+len(prompt)-1 {
+		t.Errorf("another sample of the prompt: %+v, want a second hit reusing all but its last prompt token", st)
+	}
+	e.Close()
+	if st := e.PrefixStats(); st.Held != 0 {
+		t.Errorf("after Close: %d tokens held", st.Held)
+	}
+
+	small, err := m.NewEngine(EngineConfig{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = small
+	run(Sequence{Request: Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
+	if st := e.PrefixStats(); st != (PrefixStats{}) {
+		t.Errorf("a prefix over the budget: %+v, want nothing held", st)
+	}
+	e.Close()
+	if _, err := m.NewEngine(EngineConfig{MaxRows: 1, TokenBudget: 1, PrefixCache: -1}); !errors.Is(err, ErrEngineConfig) {
+		t.Errorf("NewEngine(prefix_cache -1) = %v, want ErrEngineConfig", err)
+	}
+	if n := liveTensors(); n != base {
+		t.Errorf("%d live tensors after Close, want %d", n, base)
 	}
 }

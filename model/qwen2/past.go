@@ -77,23 +77,27 @@ func (m *Model) prefillPasts(reqs []Request, maxNew int) (cache *Cache, tokens [
 		for s := range start[i] {
 			valid[i][s] = true
 		}
-		if start[i] == 0 {
-			continue
-		}
-		n := int64(start[i])
-		for l := range cache.layers {
-			dst, src := &cache.layers[l], &r.Past.cache.layers[l]
-			for _, p := range [2][2]torch.Raw{{dst.k, src.k}, {dst.v, src.v}} {
-				row := p[0].Narrow(0, int64(i), 1)
-				into := row.Narrow(2, 0, n)
-				from := p[1].Narrow(2, 0, n)
-				into.CopyFrom(from)
-				torch.Free(row, into, from)
-			}
+		if start[i] > 0 {
+			cache.copyPast(i, r.Past, start[i])
 		}
 	}
 	cache.len = int64(width)
 	return cache, tokens, start, valid
+}
+
+// copyPast writes the first n slots of p into row of c, from slot 0 (the caller sets
+// c's length).
+func (c *Cache) copyPast(row int, p *Past, n int) {
+	for l := range c.layers {
+		dst, src := &c.layers[l], &p.cache.layers[l]
+		for _, t := range [2][2]torch.Raw{{dst.k, src.k}, {dst.v, src.v}} {
+			r := t[0].Narrow(0, int64(row), 1)
+			into := r.Narrow(2, 0, int64(n))
+			from := t[1].Narrow(2, 0, int64(n))
+			into.CopyFrom(from)
+			torch.Free(r, into, from)
+		}
+	}
 }
 
 // keepPast copies row of cache, whose tokens sit in the slots valid marks, into a

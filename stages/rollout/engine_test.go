@@ -35,10 +35,20 @@ func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.Drop)
 	eng, err := m.NewEngine(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	url, _ := serveEngine(t, cfg, m, eng)
+	return url
+}
+
+// serveEngine serves eng, an engine over m, as servePolicy does; stop shuts the server
+// down (after it, the engine is the caller's again) and runs at cleanup too.
+func serveEngine(t testing.TB, cfg serve.Config, m *qwen2.Model, eng *qwen2.Engine) (url string, stop func()) {
+	t.Helper()
+	f := testFixture(t)
 	srv, err := serve.New(serve.Model{Name: "tiny", Engine: eng, Tok: f.tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +57,10 @@ func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { ts.Close(); cancel(); <-done; eng.Close(); m.Drop() })
-	return ts.URL
+	var once sync.Once
+	stop = func() { once.Do(func() { ts.Close(); cancel(); <-done; eng.Close() }) }
+	t.Cleanup(stop)
+	return ts.URL, stop
 }
 
 func serverConfig(cfg Config, url string) Config {
@@ -115,6 +127,57 @@ func TestServerEngineMatchesLocal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServerPrefixCache rolls out the full-context policy in this process (which
+// carries each trajectory's keys and values between turns) and through serve-policy
+// with --prefix-cache-tokens, whose engine finds each turn's earlier prompt and
+// completion among finished requests: the rows agree (tokens identical, log-probs
+// within 1e-5) and the server's later turns prefilled from stored prefixes.
+func TestServerPrefixCache(t *testing.T) {
+	if err := torch.SetNumThreads(1); err != nil {
+		t.Fatal(err)
+	}
+	f := testFixture(t)
+	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index, Engine: DefaultEngineClient()}
+	m, err := qwen2.Load(f.policy, qwen2.Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Drop)
+	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: 16, TokenBudget: 1 << 20, PrefixCache: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, stop := serveEngine(t, serve.DefaultConfig(), m, eng)
+	root := t.TempDir()
+	cfg := modelConfig(3)
+	cfg.Context, cfg.MaxTurns = protocol.Full, 4
+	if _, err := Run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(root, "local"), Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), serverConfig(cfg, url), in, jobs.Spec{Out: filepath.Join(root, "server"), Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	want, got := readRows(t, filepath.Join(root, "local")), readRows(t, filepath.Join(root, "server"))
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(format.Rollout{}, "SamplingLogprobs")); diff != "" {
+		t.Errorf("rows (-local +server):\n%s", diff)
+	}
+	if d := maxLogprobDiff(want, got); d > 1e-5 {
+		t.Errorf("max |Δ sampling_logprob| = %g, want <= 1e-5", d)
+	}
+	later := 0
+	for _, r := range got {
+		if r.Turn > 0 {
+			later++
+		}
+	}
+	st := eng.PrefixStats()
+	if later == 0 || st.Hits < later {
+		t.Errorf("%d requests of later turns, %d prefilled from a stored prefix (%+v): want every one", later, st.Hits, st)
+	}
+	t.Logf("%d rows, %d of later turns; prefix cache %+v", len(got), later, st)
 }
 
 // vllm serves the recorded vLLM answers: /v1/models and one completion, and keeps
