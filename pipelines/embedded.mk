@@ -23,7 +23,7 @@ SFT_FLAGS     ?= --questions $(SFT_QUESTIONS) --epochs 1 --lr 4e-3 --schedule li
   --batch-tokens 4096 --max-turns 8 --context-loss-weight 0.2 --threads 2
 # bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX-BF16): there the
 # tiny model's matrix products run 2.4-3.9x faster than in float32 and the demo takes
-# about 10 minutes instead of 19 (README). Elsewhere float32: without those instructions
+# about 9 minutes instead of 19 (README). Elsewhere float32: without those instructions
 # a bfloat16 product saves no time. SFT trains in it; the RL stages keep their
 # checkpoint's precision. Probed once (experiment.mk exports every variable to each
 # recipe, which would rerun a recursive $(shell)); a command-line or environment DTYPE wins.
