@@ -39,7 +39,8 @@ SCORE_FLAGS_subem   ?= --reward subem-mean
 # difference is resolved to a few hundredths.
 SCORE_FLAGS ?= --reward em-all
 ITERS       ?= 5
-TASK_FLAGS  ?= --train 3000 --test 128 --test-k 2,4 --no-year-questions --two-hop-rate 0.25
+TASK_FLAGS  ?= --train 3000 --test 128 --no-year-questions --two-hop-rate 0.25
+TEST_K      ?= 2,4
 EVAL_FLAGS  ?= --limit 128 --max-turns 8 --max-new-tokens 64 --threads 1 --dtype $(EVAL_DTYPE)
 
 include pipelines/embedded.mk
@@ -57,7 +58,7 @@ PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 export
 
 $(TASK)/task.json: $(CODE)
-	$(BIN)/mempo gen-task --seed $(TASK_SEED) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
+	$(BIN)/mempo gen-task --seed $(TASK_SEED) --test-k $(TEST_K) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
 
 $(INDEX)/mempo_index.json: $(TASK)/task.json
 	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@

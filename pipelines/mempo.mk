@@ -21,6 +21,9 @@ ADV_FLAGS_grpo  ?= --mem-coef 0
 LOGPROB_FLAGS_grpo ?= --memory-pass=false
 
 TASK_FLAGS     ?=
+# The task's test sets, by objective count (gen-task --test-k): each policy is evaluated on
+# each in a process of its own, so `make -j` spreads the evaluations over the cores.
+TEST_K         ?= 2,4,6
 INIT_FLAGS     ?=
 SFT_FLAGS      ?=
 ROLLOUT_FLAGS  ?= --n 8 --max-turns 8 --max-new-tokens 64
@@ -59,8 +62,11 @@ TRAIN := $(TASK)/prompts-train
 # stage then decides by its key whether to recompute).
 CODE := $(BIN)/CODE_VERSION
 
+comma := ,
+TEST_KS = $(subst $(comma), ,$(TEST_K))
+
 $(TASK)/task.json: $(CODE)
-	$(BIN)/mempo gen-task --seed $(TASK_SEED) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
+	$(BIN)/mempo gen-task --seed $(TASK_SEED) --test-k $(TEST_K) $(TASK_FLAGS) $(STAGE_FLAGS) --out $(TASK) && touch $@
 
 $(INDEX)/mempo_index.json: $(TASK)/task.json
 	$(BIN)/mempo index --corpus $(TASK)/corpus.jsonl --out $(INDEX) && touch $@
@@ -103,21 +109,26 @@ $(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(call iteration,$(v),$(
 FINAL = $(call policy_dir,$(1),$(ITERS))
 
 EVAL_POLICIES = --policy sft=$(SFT) $(foreach v,$(VARIANTS),--policy $(v)=$(call FINAL,$(v))) --policy full=$(SFT)@full
-EVAL_ARGS = --task $(TASK) --index $(INDEX) $(PROTO) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL)
+EVAL_RUN  = --index $(INDEX) $(PROTO) $(EVAL_FLAGS) $(STAGE_FLAGS) --out $(EVAL)
+EVAL_ARGS = --task $(TASK) $(EVAL_RUN)
 
-# eval_part(name, policy[@context], checkpoint): one policy's cached rollouts and scores on
-# every test set, a process of its own so that `make -j` evaluates policies in parallel
-# (and the SFT start while RL still runs).
+# eval_part(name, policy[@context], checkpoint, K): one policy's cached rollouts and scores on
+# the test set of K, a process of its own so that `make -j` evaluates policies and test sets
+# in parallel (and the SFT start while RL still runs). The report's call below names the
+# same runs, so they are cache hits there.
 define eval_part
-$(EVAL)/.$(1).done: $(3)/checkpoint.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo eval $(EVAL_ARGS) --policy $(1)=$(2) --no-report && touch $$@
+$(EVAL)/.$(1)-k$(4).done: $(3)/checkpoint.json $(INDEX)/mempo_index.json
+	$(BIN)/mempo eval $(EVAL_RUN) --test $(4)=$(TASK)/prompts-test-k$(4) --policy $(1)=$(2) --no-report && touch $$@
 endef
-$(foreach v,$(VARIANTS),$(eval $(call eval_part,$(v),$(call FINAL,$(v)),$(call FINAL,$(v)))))
-$(eval $(call eval_part,sft,$(SFT),$(SFT)))
-$(eval $(call eval_part,full,$(SFT)@full,$(SFT)))
+$(foreach k,$(TEST_KS),\
+  $(foreach v,$(VARIANTS),$(eval $(call eval_part,$(v),$(call FINAL,$(v)),$(call FINAL,$(v)),$(k))))\
+  $(eval $(call eval_part,sft,$(SFT),$(SFT),$(k)))\
+  $(eval $(call eval_part,full,$(SFT)@full,$(SFT),$(k))))
+# eval_parts(names): the parts of those policies on every test set.
+eval_parts = $(foreach p,$(1),$(foreach k,$(TEST_KS),$(EVAL)/.$(p)-k$(k).done))
 
 # The table and plots: every part is a cache hit by now.
-$(EVAL)/results.md: $(foreach v,$(VARIANTS),$(EVAL)/.$(v).done) $(EVAL)/.sft.done $(EVAL)/.full.done
+$(EVAL)/results.md: $(call eval_parts,$(VARIANTS) sft full)
 	$(BIN)/mempo eval $(EVAL_ARGS) $(EVAL_POLICIES) && touch $@
 
 # The training curves: mean reward and KL to the reference per iteration.
@@ -130,7 +141,7 @@ eval: $(EVAL)/results.md $(EVAL)/reward_vs_iter.png
 run: eval
 # The cached evaluations of the SFT start and each variant's final policy, without a
 # report: what an experiment aggregates over seeds (pipelines/experiment.mk).
-eval-parts: $(foreach v,$(VARIANTS),$(EVAL)/.$(v).done) $(EVAL)/.sft.done
+eval-parts: $(call eval_parts,$(VARIANTS) sft)
 
 # Re-score a finished iteration with other advantage flags, reusing its cached rollouts,
 # scores and log-probs: only the advantage and update stages run, into sibling

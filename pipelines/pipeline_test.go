@@ -20,7 +20,8 @@ import (
 // (`--procs 2`: its worker is the built mempo binary started again).
 var tiny = []string{
 	"ITERS=2", "VARIANTS=mempo grpo", "PROMPTS_PER_ITER=2", "PROTOCOL=demo-protocol.json", "DTYPE=bfloat16",
-	"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --test-k 2,4",
+	"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2",
+	"TEST_K=2,4",
 	"INIT_FLAGS=--vocab 600",
 	"SFT_FLAGS=--questions 4 --epochs 1 --max-turns 3 --threads 1 --procs 2",
 	"ROLLOUT_FLAGS=--n 2 --max-turns 3 --max-new-tokens 16 --threads 1",
@@ -69,10 +70,15 @@ func TestPipeline(t *testing.T) {
 		return string(out)
 	}
 
-	make("run")
+	first := make("run")
 	table, err := os.ReadFile(filepath.Join(run, "eval", "results.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each (policy, test set) is a make target of its own, and the report's call finds
+	// all of them cached: four policies on two test sets are rolled out eight times.
+	if evals := regexp.MustCompile(`(?m)^rollout: wrote \S*/eval/`).FindAllString(first, -1); len(evals) != 8 {
+		t.Errorf("evaluation rollouts written %d times, want 8 (4 policies x 2 test sets, each once):\n%s", len(evals), first)
 	}
 	for _, row := range []string{"| sft | 2 |", "| mempo | 4 |", "| grpo | 2 |", "| full | 4 |"} {
 		if !strings.Contains(string(table), row) {
