@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,11 +40,25 @@ func runModel(t *testing.T, cfg Config, spec jobs.Spec) (*jobs.Result, error) {
 
 // TestModelRolloutsReproducible runs the tiny random policy end to end and checks that
 // the output does not depend on how the work is cut: two runs, another shard size,
-// --shard i/N plus a merge, and a run stopped after its first shard then resumed.
+// --shard i/N plus a merge, and a run stopped after its first shard then resumed. Under
+// the full context each trajectory carries its keys and values from turn to turn inside
+// the process, which a resumed run starts without: its rows must still be the same bytes.
 func TestModelRolloutsReproducible(t *testing.T) {
 	if err := torch.SetNumThreads(1); err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range []protocol.ContextPolicy{protocol.Mempo, protocol.Full} {
+		t.Run(string(c), func(t *testing.T) {
+			testReproducible(t, func(pps int) Config {
+				cfg := modelConfig(pps)
+				cfg.Context = c
+				return cfg
+			})
+		})
+	}
+}
+
+func testReproducible(t *testing.T, modelConfig func(pps int) Config) {
 	before := len(ts.ExistingTensors)
 	root := t.TempDir()
 	base, err := runModel(t, modelConfig(2), jobs.Spec{Out: filepath.Join(root, "a")})
@@ -58,6 +73,9 @@ func TestModelRolloutsReproducible(t *testing.T) {
 		t.Fatalf("base run: %d shards, %d rows; want 3 shards and at least one row per trajectory", len(base.Manifest.Outputs), len(want))
 	}
 	t.Logf("base run: %d rows, metrics %v", len(want), base.Manifest.Metrics)
+	if modelConfig(2).Context == protocol.Full && !slices.ContainsFunc(want, func(r format.Rollout) bool { return r.Turn > 0 }) {
+		t.Fatal("full-context base run has no row after a first turn: nothing was carried")
+	}
 
 	t.Run("second run", func(t *testing.T) {
 		res, err := runModel(t, modelConfig(2), jobs.Spec{Out: filepath.Join(root, "b")})
