@@ -84,9 +84,11 @@ type model struct {
 	maxBatch int
 	// carry keeps each trajectory's keys and values from one turn to the next, for a
 	// context policy whose every context extends the last (full): a turn then runs
-	// only the tokens it adds, not its whole context again.
-	carry bool
-	pasts map[slot]*qwen2.Past
+	// only the tokens it adds, not its whole context again. The turn budget's last
+	// turn has no next one, so nothing is kept from it.
+	carry    bool
+	maxTurns int
+	pasts    map[slot]*qwen2.Past
 }
 
 // close drops the carried keys and values and the model.
@@ -136,7 +138,8 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 		qs := make([]qwen2.Request, len(batch))
 		for j, i := range batch {
 			k := slot{reqs[i].UID, reqs[i].Sample}
-			qs[j] = qwen2.Request{Prompt: qwen2.Tokens(reqs[i].Context), Seed: reqs[i].Seed, Past: s.pasts[k], KeepPast: s.carry}
+			keep := s.carry && reqs[i].Turn+1 < s.maxTurns
+			qs[j] = qwen2.Request{Prompt: qwen2.Tokens(reqs[i].Context), Seed: reqs[i].Seed, Past: s.pasts[k], KeepPast: keep}
 		}
 		comps, err := s.m.Generate(qs, s.cfg)
 		if err != nil {
@@ -145,9 +148,11 @@ func (s *model) sample(ctx context.Context, reqs []request) ([]protocol.Generati
 		}
 		for j, i := range batch {
 			c := comps[j]
+			// The turn used its Past; the next turn uses the one it left, if any.
+			k := slot{reqs[i].UID, reqs[i].Sample}
+			s.pasts[k].Drop()
+			delete(s.pasts, k)
 			if c.Past != nil {
-				k := slot{reqs[i].UID, reqs[i].Sample}
-				s.pasts[k].Drop()
 				s.pasts[k] = c.Past
 			}
 			ids := make([]int32, len(c.Tokens))

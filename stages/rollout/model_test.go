@@ -176,15 +176,22 @@ func testReproducible(t *testing.T, modelConfig func(pps int) Config) {
 }
 
 // carryWatch is the policy sampler with its carried keys and values counted: most is
-// the most trajectories it carried into a turn.
+// the most trajectories it carried into a turn, and kept the Pasts it holds after the
+// turn budget's last turn (which has no next turn to use them).
 type carryWatch struct {
 	*model
-	most int
+	most, kept int
 }
 
 func (w *carryWatch) sample(ctx context.Context, reqs []request) ([]protocol.Generation, error) {
 	w.most = max(w.most, len(w.pasts))
-	return w.model.sample(ctx, reqs)
+	gens, err := w.model.sample(ctx, reqs)
+	for _, r := range reqs {
+		if r.Turn == w.maxTurns-1 && w.pasts[slot{r.UID, r.Sample}] != nil {
+			w.kept++
+		}
+	}
+	return gens, err
 }
 
 // TestFullContextCarry rolls out the full-context policy through the stage twice: as Run
@@ -228,6 +235,9 @@ func TestFullContextCarry(t *testing.T) {
 	if later == 0 || watches[0].most < cfg.N*cfg.PromptsPerShard/2 || watches[1].most != 0 {
 		t.Fatalf("%d rows after a first turn; carried at most %d and %d trajectories into a turn: want later turns, and carrying only in the first run", later, watches[0].most, watches[1].most)
 	}
+	if last := lastTurns(carried, cfg.MaxTurns); last == 0 || watches[0].kept != 0 {
+		t.Errorf("%d rows of a last turn, %d Pasts kept from one: want some, and none kept", last, watches[0].kept)
+	}
 	if diff := cmp.Diff(whole, carried, cmpopts.IgnoreFields(format.Rollout{}, "SamplingLogprobs")); diff != "" {
 		t.Errorf("rows (-whole contexts +carried):\n%s", diff)
 	}
@@ -239,6 +249,17 @@ func TestFullContextCarry(t *testing.T) {
 	if n := torch.Live(); n != before {
 		t.Errorf("live tensors after both runs: %d, want %d", n, before)
 	}
+}
+
+// lastTurns counts the rows of the turn budget's last turn.
+func lastTurns(rows []format.Rollout, maxTurns int) int {
+	n := 0
+	for _, r := range rows {
+		if int(r.Turn) == maxTurns-1 {
+			n++
+		}
+	}
+	return n
 }
 
 func maxLogprobDiff(a, b []format.Rollout) float64 {

@@ -54,7 +54,8 @@ func loadModel(cfg Config, policy string, tok *bpe.Tokenizer) (sampler, func(), 
 	}
 	sc := cfg.Sampling()
 	sc.Stop = stops(cfg.Protocol, tok)
-	s := &model{m: m, cfg: sc, maxBatch: cfg.MaxBatch, carry: cfg.Context == protocol.Full, pasts: map[slot]*qwen2.Past{}}
+	s := &model{m: m, cfg: sc, maxBatch: cfg.MaxBatch, carry: cfg.Context == protocol.Full, maxTurns: cfg.MaxTurns,
+		pasts: map[slot]*qwen2.Past{}}
 	return s, s.close, nil
 }
 
