@@ -81,13 +81,26 @@ $(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
 policy_dir = $(if $(filter 0,$(2)),$(SFT),$(RUN_DIR)/$(1)/iter-$(2)/policy)
 prev       = $(word $(1),0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
 
-# iteration(variant, k): the five stages of RL iteration k of a variant.
-define iteration
-$(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
-$$($(1)_ITER_$(2))/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
+# rollouts(variant, k): the rollouts of RL iteration k of a variant.
+define rollouts
+$(RUN_DIR)/$(1)/iter-$(2)/rollouts/_manifest.json: $(call policy_dir,$(1),$(call prev,$(2)))/checkpoint.json $(INDEX)/mempo_index.json
 	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --index $(INDEX) \
 	  --prompt-offset $$$$(( $(RL_PROMPT_OFFSET) + ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+endef
+
+# first_rollouts(variant, first): iteration 1 rolls the SFT policy out for every variant
+# with the same prompts, seed and flags, so a variant after the first takes a copy of
+# the first's rollouts, the bytes its own rollout stage would write. (Rollout flags of
+# a variant's own would need a stage run of its own.)
+define first_rollouts
+$(RUN_DIR)/$(1)/iter-1/rollouts/_manifest.json: $(RUN_DIR)/$(2)/iter-1/rollouts/_manifest.json
+	rm -rf $$(@D) $$(@D).copy && mkdir -p $$(dir $$(@D)) && cp -r $$(<D) $$(@D).copy && mv $$(@D).copy $$(@D)
+endef
+
+# iteration(variant, k): the other four stages of RL iteration k of a variant.
+define iteration
+$(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
 	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(SCORE_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(SFT)/checkpoint.json
@@ -104,6 +117,9 @@ endef
 
 ITER_LIST := $(wordlist 1,$(ITERS),1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
 $(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(call iteration,$(v),$(k)))))
+FIRST_VARIANT := $(firstword $(VARIANTS))
+$(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(if $(filter 1,$(k)),$(if $(filter-out $(FIRST_VARIANT),$(v)),\
+  $(call first_rollouts,$(v),$(FIRST_VARIANT)),$(call rollouts,$(v),$(k))),$(call rollouts,$(v),$(k))))))
 
 # The final policy of each variant.
 FINAL = $(call policy_dir,$(1),$(ITERS))

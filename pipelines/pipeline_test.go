@@ -75,6 +75,11 @@ func TestPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Iteration 1 rolls the SFT policy out identically for both variants: the stage runs
+	// once and GRPO's rollouts are a copy.
+	if runs := regexp.MustCompile(`(?m)^rollout: wrote \S*/iter-1/rollouts`).FindAllString(first, -1); len(runs) != 1 {
+		t.Errorf("iteration 1's rollouts written %d times, want once for both variants:\n%s", len(runs), first)
+	}
 	// Each (policy, test set) is a make target of its own, and the report's call finds
 	// all of them cached: four policies on two test sets are rolled out eight times.
 	if evals := regexp.MustCompile(`(?m)^rollout: wrote \S*/eval/`).FindAllString(first, -1); len(evals) != 8 {
