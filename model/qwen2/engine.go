@@ -452,16 +452,14 @@ func (e *Engine) PrefixStats() PrefixStats {
 // when a stored prefix serves its first tokens, those copied into the cache and the
 // rest of the prompt.
 func (e *Engine) prefill(prompt []int64, cache *Cache) Batch {
-	if e.prefix == nil {
-		return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
+	if e.prefix != nil {
+		if p, n := e.prefix.best(prompt); n > 0 {
+			cache.copyPast(0, p, n)
+			cache.len = int64(n)
+			return NewBatch([][]int64{prompt[n:]}, []int{n}, [][]bool{slices.Repeat([]bool{true}, n)}, n)
+		}
 	}
-	p, n := e.prefix.best(prompt)
-	if n == 0 {
-		return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
-	}
-	cache.copyPast(0, p, n)
-	cache.len = int64(n)
-	return NewBatch([][]int64{prompt[n:]}, []int{n}, [][]bool{slices.Repeat([]bool{true}, n)}, n)
+	return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
 }
 
 // seq is 0, 1, …, n-1.
