@@ -89,12 +89,12 @@ $(RUN_DIR)/$(1)/iter-$(2)/rollouts/_manifest.json: $(call policy_dir,$(1),$(call
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
 endef
 
-# first_rollouts(variant, first): iteration 1 rolls the SFT policy out for every variant
-# with the same prompts, seed and flags, so a variant after the first takes a copy of
-# the first's rollouts, the bytes its own rollout stage would write. (Rollout flags of
-# a variant's own would need a stage run of its own.)
+# first_rollouts(variant): iteration 1 rolls the SFT policy out for every variant with the
+# same prompts, seed and flags, so a variant after the first takes a copy of the first's
+# rollouts, the bytes its own rollout stage would write. (Rollout flags of a variant's
+# own would need a stage run of its own.)
 define first_rollouts
-$(RUN_DIR)/$(1)/iter-1/rollouts/_manifest.json: $(RUN_DIR)/$(2)/iter-1/rollouts/_manifest.json
+$(RUN_DIR)/$(1)/iter-1/rollouts/_manifest.json: $(RUN_DIR)/$(FIRST_VARIANT)/iter-1/rollouts/_manifest.json
 	rm -rf $$(@D) $$(@D).copy && mkdir -p $$(dir $$(@D)) && cp -r $$(<D) $$(@D).copy && mv $$(@D).copy $$(@D)
 endef
 
@@ -116,10 +116,11 @@ $$($(1)_ITER_$(2))/policy/checkpoint.json: $$($(1)_ITER_$(2))/advantages/_manife
 endef
 
 ITER_LIST := $(wordlist 1,$(ITERS),1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
-$(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(call iteration,$(v),$(k)))))
 FIRST_VARIANT := $(firstword $(VARIANTS))
-$(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),$(eval $(if $(filter 1,$(k)),$(if $(filter-out $(FIRST_VARIANT),$(v)),\
-  $(call first_rollouts,$(v),$(FIRST_VARIANT)),$(call rollouts,$(v),$(k))),$(call rollouts,$(v),$(k))))))
+# rollout_rule(variant, k): the macro that makes iteration k's rollouts of a variant.
+rollout_rule = $(if $(and $(filter 1,$(2)),$(filter-out $(FIRST_VARIANT),$(1))),first_rollouts,rollouts)
+$(foreach v,$(VARIANTS),$(foreach k,$(ITER_LIST),\
+  $(eval $(call $(call rollout_rule,$(v),$(k)),$(v),$(k)))$(eval $(call iteration,$(v),$(k)))))
 
 # The final policy of each variant.
 FINAL = $(call policy_dir,$(1),$(ITERS))
