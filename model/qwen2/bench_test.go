@@ -200,21 +200,11 @@ func BenchmarkGenerateFullContext(b *testing.B) {
 		cfg := sample.Config{Temperature: 1, MaxNewTokens: 32}
 		for _, context := range []int{200, 600} {
 			b.Run(fmt.Sprintf("context-%d", context), func(b *testing.B) {
-				var reqs []Request
-				for i := range 16 {
-					reqs = append(reqs, Request{Prompt: randomTokens(rng, context, m.Config.VocabSize), Seed: uint64(i), KeepPast: true})
+				var prompts [][]int64
+				for range 16 {
+					prompts = append(prompts, randomTokens(rng, context, m.Config.VocabSize))
 				}
-				first, err := m.Generate(reqs, cfg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				whole, past := make([]Request, len(reqs)), make([]Request, len(reqs))
-				for i, c := range first {
-					defer c.Past.Drop()
-					p := slices.Concat(reqs[i].Prompt, c.Tokens, randomTokens(rng, 60, m.Config.VocabSize))
-					whole[i] = Request{Prompt: p, Seed: uint64(100 + i)}
-					past[i] = Request{Prompt: p, Seed: uint64(100 + i), Past: c.Past}
-				}
+				whole, past := secondTurns(b, m, rng, prompts, 60, cfg)
 				var best [2]time.Duration
 				for b.Loop() {
 					for i, turn := range [][]Request{whole, past} {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mempo/mempo/model/sample"
@@ -54,6 +55,30 @@ func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
 		out[i] = rng.Int64N(int64(vocab))
 	}
 	return out
+}
+
+// secondTurns generates a first turn of prompts, keeping each sequence's Past, and
+// returns its next turn (the prompt, the completion and extra random tokens, seeded
+// 100+i) twice: whole, from the whole prompt, and carried, from the Past. The Pasts
+// are dropped at the end of tb.
+func secondTurns(tb testing.TB, m *Model, rng *rand.Rand, prompts [][]int64, extra int, cfg sample.Config) (whole, carried []Request) {
+	tb.Helper()
+	reqs := make([]Request, len(prompts))
+	for i, p := range prompts {
+		reqs[i] = Request{Prompt: p, Seed: uint64(i), KeepPast: true}
+	}
+	first, err := m.Generate(reqs, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	whole, carried = make([]Request, len(reqs)), make([]Request, len(reqs))
+	for i, c := range first {
+		tb.Cleanup(c.Past.Drop)
+		p := slices.Concat(prompts[i], c.Tokens, randomTokens(rng, extra, m.Config.VocabSize))
+		whole[i] = Request{Prompt: p, Seed: uint64(100 + i)}
+		carried[i] = Request{Prompt: p, Seed: uint64(100 + i), Past: c.Past}
+	}
+	return whole, carried
 }
 
 // liveTensors counts live tensors and raw handles (torch.Live).

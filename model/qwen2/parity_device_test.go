@@ -239,22 +239,15 @@ func parityGreedy(t *testing.T, ref, got *Model, tol parityTolerance) {
 func parityPast(t *testing.T, m *Model, dtype string, tol parityTolerance) {
 	rng := rand.New(rand.NewPCG(17, 17))
 	cfg := sample.Config{MaxNewTokens: 8}
-	var reqs []Request
+	var prompts [][]int64
 	for i := range 3 {
-		reqs = append(reqs, Request{Prompt: randomTokens(rng, 20+5*i, m.Config.VocabSize), Seed: uint64(i), KeepPast: true})
+		prompts = append(prompts, randomTokens(rng, 20+5*i, m.Config.VocabSize))
 	}
-	first, err := m.Generate(reqs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	whole, carried := make([]Request, len(reqs)), make([]Request, len(reqs))
-	for i, c := range first {
-		defer c.Past.Drop()
-		if dev := c.Past.cache.layers[0].k.Device(); dev.IsCuda() {
+	whole, carried := secondTurns(t, m, rng, prompts, 5, cfg)
+	for i, r := range carried {
+		if dev := r.Past.cache.layers[0].k.Device(); dev.IsCuda() {
 			t.Errorf("request %d: Past on %v, want the host", i, dev)
 		}
-		p := slices.Concat(reqs[i].Prompt, c.Tokens, randomTokens(rng, 5, m.Config.VocabSize))
-		whole[i], carried[i] = Request{Prompt: p, Seed: uint64(i)}, Request{Prompt: p, Seed: uint64(i), Past: c.Past}
 	}
 	want, err := m.Generate(whole, cfg)
 	if err != nil {

@@ -167,12 +167,7 @@ func TestServerPrefixCache(t *testing.T) {
 	if d := maxLogprobDiff(want, got); d > 1e-5 {
 		t.Errorf("max |Δ sampling_logprob| = %g, want <= 1e-5", d)
 	}
-	later := 0
-	for _, r := range got {
-		if r.Turn > 0 {
-			later++
-		}
-	}
+	later := turnRows(got, afterFirst)
 	st := eng.PrefixStats()
 	if later == 0 || st.Hits < later {
 		t.Errorf("%d requests of later turns, %d prefilled from a stored prefix (%+v): want every one", later, st.Hits, st)

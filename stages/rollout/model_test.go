@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -73,7 +72,7 @@ func testReproducible(t *testing.T, modelConfig func(pps int) Config) {
 		t.Fatalf("base run: %d shards, %d rows; want 3 shards and at least one row per trajectory", len(base.Manifest.Outputs), len(want))
 	}
 	t.Logf("base run: %d rows, metrics %v", len(want), base.Manifest.Metrics)
-	if modelConfig(2).Context == protocol.Full && !slices.ContainsFunc(want, func(r format.Rollout) bool { return r.Turn > 0 }) {
+	if modelConfig(2).Context == protocol.Full && turnRows(want, afterFirst) == 0 {
 		t.Fatal("full-context base run has no row after a first turn: nothing was carried")
 	}
 
@@ -226,16 +225,11 @@ func TestFullContextCarry(t *testing.T) {
 		}
 	}
 	carried, whole := readRows(t, filepath.Join(root, "true")), readRows(t, filepath.Join(root, "false"))
-	later := 0
-	for _, r := range carried {
-		if r.Turn > 0 {
-			later++
-		}
-	}
+	later := turnRows(carried, afterFirst)
 	if later == 0 || watches[0].most < cfg.N*cfg.PromptsPerShard/2 || watches[1].most != 0 {
 		t.Fatalf("%d rows after a first turn; carried at most %d and %d trajectories into a turn: want later turns, and carrying only in the first run", later, watches[0].most, watches[1].most)
 	}
-	if last := lastTurns(carried, cfg.MaxTurns); last == 0 || watches[0].kept != 0 {
+	if last := turnRows(carried, func(turn int) bool { return turn == cfg.MaxTurns-1 }); last == 0 || watches[0].kept != 0 {
 		t.Errorf("%d rows of a last turn, %d Pasts kept from one: want some, and none kept", last, watches[0].kept)
 	}
 	if diff := cmp.Diff(whole, carried, cmpopts.IgnoreFields(format.Rollout{}, "SamplingLogprobs")); diff != "" {
@@ -251,16 +245,19 @@ func TestFullContextCarry(t *testing.T) {
 	}
 }
 
-// lastTurns counts the rows of the turn budget's last turn.
-func lastTurns(rows []format.Rollout, maxTurns int) int {
+// turnRows counts the rows whose turn (from 0) satisfies keep.
+func turnRows(rows []format.Rollout, keep func(turn int) bool) int {
 	n := 0
 	for _, r := range rows {
-		if int(r.Turn) == maxTurns-1 {
+		if keep(int(r.Turn)) {
 			n++
 		}
 	}
 	return n
 }
+
+// afterFirst is a turn after the first.
+func afterFirst(turn int) bool { return turn > 0 }
 
 func maxLogprobDiff(a, b []format.Rollout) float64 {
 	d := 0.0
