@@ -8,7 +8,7 @@ import (
 // PrefixLogProbs is LogProbs without entropy for pairs whose contexts share leading
 // tokens, as the turns of one prompt's samples share the prompt (and a turn's context
 // often extends an earlier one's): the pairs are grouped into Trees over their shared
-// prefixes (see prefixTrees) and scored with BranchLogProbs, so a shared prefix runs
+// prefixes (see PrefixTrees) and scored with BranchLogProbs, so a shared prefix runs
 // through the model once per group instead of once per pair. The values agree with
 // LogProbs to float rounding: only the GEMM shapes differ.
 func (m *Model) PrefixLogProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) {
@@ -17,7 +17,7 @@ func (m *Model) PrefixLogProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) 
 			return nil, fmt.Errorf("score: pair %d: %w", i, err)
 		}
 	}
-	trees, members := prefixTrees(pairs)
+	trees, members := PrefixTrees(pairs)
 	lps, err := m.BranchLogProbs(trees, cfg)
 	if err != nil {
 		return nil, err
@@ -34,12 +34,13 @@ func (m *Model) PrefixLogProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) 
 	return out, nil
 }
 
-// prefixTrees groups the pairs with a response into trees: members[t][b] is the pair
-// whose response branch b of tree t scores. Contexts are sorted, and the sorted run is
-// split where splitting saves more trunk tokens than keeping one group over the run's
-// common prefix (bestSplit); each group's trunk is its common prefix, and each branch
-// holds the rest of its context and its response, scored from the response on.
-func prefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
+// PrefixTrees groups the pairs with a response into the trees PrefixLogProbs scores:
+// members[t][b] is the pair whose response branch b of tree t scores. Contexts are
+// sorted, and the sorted run is split where splitting saves more trunk tokens than
+// keeping one group over the run's common prefix (bestSplit); each group's trunk is
+// its common prefix, and each branch holds the rest of its context and its response,
+// scored from the response on.
+func PrefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
 	var contexts [][]int64
 	var scored []int // pairs with a response, in contexts' order
 	for i, p := range pairs {

@@ -75,7 +75,7 @@ func TestPrefixLogProbsMatchLogProbs(t *testing.T) {
 			}
 		}
 	}
-	trees, _ := prefixTrees(pairs)
+	trees, _ := PrefixTrees(pairs)
 	if len(trees) > 4 {
 		t.Errorf("%d trees for 3 prompts and a pair that shares nothing, want at most 4", len(trees))
 	}

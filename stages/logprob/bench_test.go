@@ -68,14 +68,19 @@ func BenchmarkLogprobPasses(b *testing.B) {
 		}
 	}
 	rows, targets := benchRollouts(2, 8, 5, c.VocabSize)
-	benchPasses(b, models[0], models[1], rows, targets)
+	benchPasses(b, models[0], models[1], rows, targets, true)
 }
 
 // BenchmarkLogprobPassesRun is BenchmarkLogprobPasses on a pipeline run's real
 // rollouts: MEMPO_BENCH_RUN names a `make demo` run directory (runs/demo), whose
-// first MemPO iteration's rollouts are scored with the SFT checkpoint that generated
-// them as both policy and reference, and the training prompts' golds as targets. It
-// skips when the variable is unset.
+// first MemPO iteration's rollouts are scored with the training prompts' golds as
+// targets, by the SFT checkpoint that generated them (model=sft, as policy and
+// reference) and by a randomly initialised model of Qwen2.5-0.5B's widths and
+// vocabulary with two layers (seed 1) in the checkpoint's precision
+// (model=0.5b-shape-2l, without the one-sequence-per-probability pass, which would
+// take minutes). The tiny model's attention weighs as much as its products over the
+// long stitched histories P_full reads; at the wider shape it weighs little, and the
+// head over the old pass's response tokens much. It skips when the variable is unset.
 func BenchmarkLogprobPassesRun(b *testing.B) {
 	run := os.Getenv("MEMPO_BENCH_RUN")
 	if run == "" {
@@ -100,15 +105,34 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchPasses(b, s.policy, s.policy, rows, s.targets)
+	b.Run("model=sft", func(b *testing.B) { benchPasses(b, s.policy, s.policy, rows, s.targets, true) })
+	b.Run("model=0.5b-shape-2l", func(b *testing.B) {
+		c, err := qwen2.Preset("qwen2.5-0.5b-shape", 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.NumLayers, c.MaxWindowLayers = 2, 2
+		m, err := qwen2.New(c, qwen2.Options{DType: qwen2.DTypeName(s.policy.DType())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Drop()
+		if err := m.Init(1); err != nil {
+			b.Fatal(err)
+		}
+		benchPasses(b, m, m, rows, s.targets, false)
+	})
 }
 
-// benchPasses times the passes over rows, interleaved. Every rate counts the same
-// tokens (prompt + response of every turn), so the rates compare as inverse times;
-// mem/old is the cost ratio DESIGN.md §10 bounds by 1. Each figure is the fastest of
-// the b.N runs of that pass: the minimum drops the time other processes took from a
-// shared machine.
-func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, targets map[string]target) {
+// benchPasses times the passes over rows, interleaved, the one-sequence-per-probability
+// pass only when separate is set. Every rate counts the same tokens (prompt + response
+// of every turn), so the rates compare as inverse times; mem/old is the cost ratio
+// DESIGN.md §10 bounds by 1. memtok/oldtok is the ratio of the tokens the two passes'
+// trees hold (trunks and branches, a trunk root several trees of one batch share
+// counted for each): the memory pass's cost in old passes were every token to cost
+// the same. Each time is the fastest of the b.N runs of that pass: the minimum drops
+// the time other processes took from a shared machine.
+func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, targets map[string]target, separate bool) {
 	trajs, err := format.Trajectories(rows)
 	if err != nil {
 		b.Fatal(err)
@@ -150,20 +174,42 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 		}
 		fastest(&mem, start)
 
-		start = time.Now()
-		sp, _, _, _ := separatePairs(trajs, targets)
-		if _, err := policy.LogProbs(sp, sc); err != nil {
-			b.Fatal(err)
+		if separate {
+			start = time.Now()
+			sp, _, _, _ := separatePairs(trajs, targets)
+			if _, err := policy.LogProbs(sp, sc); err != nil {
+				b.Fatal(err)
+			}
+			fastest(&sep, start)
 		}
-		fastest(&sep, start)
 	}
 	rate := func(d time.Duration) float64 { return float64(tokens) / d.Seconds() }
 	b.ReportMetric(rate(old), "old_tok/s")
 	b.ReportMetric(rate(refT), "ref_tok/s")
 	b.ReportMetric(rate(mem), "mem_tok/s")
-	b.ReportMetric(rate(sep), "sepmem_tok/s")
 	b.ReportMetric(mem.Seconds()/old.Seconds(), "mem/old")
-	b.ReportMetric(sep.Seconds()/old.Seconds(), "sepmem/old")
+	if separate {
+		b.ReportMetric(rate(sep), "sepmem_tok/s")
+		b.ReportMetric(sep.Seconds()/old.Seconds(), "sepmem/old")
+	}
+	plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions)
+	if err != nil {
+		b.Fatal(err)
+	}
+	oldTrees, _ := qwen2.PrefixTrees(pairs)
+	b.ReportMetric(float64(treeTokens(slices.Concat(plan.full, plan.mem)))/float64(treeTokens(oldTrees)), "memtok/oldtok")
+}
+
+// treeTokens is the tokens of trees' trunks and branches.
+func treeTokens(trees []qwen2.Tree) int {
+	n := 0
+	for _, t := range trees {
+		n += len(t.Trunk)
+		for _, br := range t.Branches {
+			n += len(br.IDs)
+		}
+	}
+	return n
 }
 
 // BenchmarkOldPass is the old-log-prob pass as the stage runs it (DefaultConfig's token
