@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
@@ -268,6 +269,8 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		out[i] = format.Logprob{UID: r.UID, Sample: r.Sample, Turn: r.Turn}
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
+	passes := []any{"shard", file, "rows", len(rows)}
+	start := time.Now()
 	old, err := s.policy.PrefixLogProbs(pairs, sc)
 	if err != nil {
 		return fmt.Errorf("logprob: %s: old pass: %w", file, err)
@@ -279,7 +282,10 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		out[i].OldLogprobs = old[i].LogProbs
 		out[i].RefLogprobs = old[i].LogProbs
 	}
+	oldS := time.Since(start).Seconds()
+	passes = append(passes, "old_pass_s", oldS)
 	if s.ref != nil {
+		start = time.Now()
 		ref, err := s.ref.PrefixLogProbs(pairs, sc)
 		if err != nil {
 			return fmt.Errorf("logprob: %s: ref pass: %w", file, err)
@@ -290,12 +296,18 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 			}
 			out[i].RefLogprobs = ref[i].LogProbs
 		}
+		passes = append(passes, "ref_pass_s", time.Since(start).Seconds())
 	}
 	if s.cfg.MemoryPass {
+		start = time.Now()
 		if err := s.memory(file, rows, trajs, out); err != nil {
 			return err
 		}
+		memS := time.Since(start).Seconds()
+		passes = append(passes, "memory_pass_s", memS, "memory_per_old", memS/oldS)
 	}
+	// What each pass cost, so a user sees what the memory signal costs on their rollouts.
+	s.log.Info("shard scored", passes...)
 	written, err := format.WriteFile(w.Path, out)
 	if err != nil {
 		return fmt.Errorf("logprob: %w", err)

@@ -77,19 +77,45 @@ func TestRunOldMatchesSampling(t *testing.T) {
 	if !strings.Contains(log.String(), "reusing the old log-probs") {
 		t.Errorf("log does not say the reference pass was skipped:\n%s", log.String())
 	}
+	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "memory_pass_s", "memory_per_old", "-ref_pass_s")
 	again, _ := f.run(t, testConfig(), "logprobs", jobs.Spec{})
 	if !again.Hit {
 		t.Errorf("second Run: hit false, want a cache hit")
 	}
 	off := testConfig()
 	off.MemoryPass = false
-	res, got = f.run(t, off, "logprobs", jobs.Spec{})
+	log.Reset()
+	res, got = f.run(t, off, "logprobs", spec)
 	if res.Hit {
 		t.Errorf("Run with --memory-pass=false: cache hit, want a recompute")
 	}
 	for _, r := range got {
 		if r.PMem != nil || r.PFull != nil {
 			t.Fatalf("%s: memory pass off, yet p_mem %v p_full %v", key(r), r.PMem, r.PFull)
+		}
+	}
+	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "-memory_pass_s")
+}
+
+// checkPassTimes checks that log has one "shard scored" line per shard, each with
+// every key of keys=value and none of the keys written -key.
+func checkPassTimes(t *testing.T, log string, shards int, keys ...string) {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `msg="shard scored"`) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != shards {
+		t.Fatalf("%d \"shard scored\" lines, want one per shard (%d):\n%s", len(lines), shards, log)
+	}
+	for _, l := range lines {
+		for _, k := range keys {
+			absent := strings.HasPrefix(k, "-")
+			if strings.Contains(l, " "+strings.TrimPrefix(k, "-")+"=") == absent {
+				t.Errorf("shard line %q: key %s present %v, want %v", l, strings.TrimPrefix(k, "-"), absent, !absent)
+			}
 		}
 	}
 }
@@ -144,7 +170,9 @@ func TestRunRefPass(t *testing.T) {
 	f.in.Ref = filepath.Join(f.dir, "ref")
 	save(t, ref, f.tok, f.in.Ref)
 	ref.Drop()
-	_, got := f.run(t, testConfig(), "logprobs", jobs.Spec{})
+	var log bytes.Buffer
+	_, got := f.run(t, testConfig(), "logprobs", jobs.Spec{Log: slog.New(slog.NewTextHandler(&log, nil))})
+	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "ref_pass_s", "memory_pass_s")
 	m := loadModel(t, f.in.Ref)
 	rows := slices.Concat(f.rolls...)
 	var pairs []qwen2.Pair
