@@ -368,6 +368,13 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		p("\n")
 	}
+	if len(s.Timings.Phases) > 0 {
+		var ph []string
+		for _, k := range slices.Sorted(maps.Keys(s.Timings.Phases)) {
+			ph = append(ph, fmt.Sprintf("%s %.1fs", k, s.Timings.Phases[k]))
+		}
+		p("phases\t%s\n", strings.Join(ph, ", "))
+	}
 	for _, in := range s.Inputs {
 		p("input\t%s %s %s\n", in.Name, in.Path, in.Digest)
 	}

@@ -69,14 +69,18 @@ func TestInspect(t *testing.T) {
 			t.Errorf("WriteText output lacks %q:\n%s", want, text.String())
 		}
 	}
-	// The manifest's figures are listed by name.
+	// The manifest's figures are listed by name, and the phases of its timings.
 	s.Metrics = map[string]float64{"memories_all": 28, "auc_r_mem_all_vs_none": 0.91254}
+	s.Timings.Phases = map[string]float64{"old_pass": 8.18, "memory_pass": 12.44}
 	text.Reset()
 	if err := s.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
 	if got := text.String(); !regexp.MustCompile(`figure +value\nauc_r_mem_all_vs_none +0\.9125\nmemories_all +28\n`).MatchString(got) {
 		t.Errorf("WriteText output lacks the sorted figures:\n%s", got)
+	}
+	if got := text.String(); !regexp.MustCompile(`phases +memory_pass 12\.4s, old_pass 8\.2s\n`).MatchString(got) {
+		t.Errorf("WriteText output lacks the sorted phases:\n%s", got)
 	}
 	var round Summary
 	if err := json.Unmarshal(mustJSON(t, s), &round); err != nil {

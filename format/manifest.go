@@ -61,6 +61,9 @@ type Timings struct {
 	TotalS    float64 `json:"total_s"`
 	TokensPS  float64 `json:"tokens_per_s,omitempty"`
 	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+	// Phases is the seconds of each named phase of the stage's work (the log-prob
+	// stage's passes, say), summed over every shard, resumed ones included.
+	Phases map[string]float64 `json:"phases,omitempty"`
 }
 
 var shardName = regexp.MustCompile(`^part-[0-9]{5}\.parquet$`)

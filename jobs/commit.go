@@ -129,7 +129,7 @@ func (r *runner) shard(ctx context.Context, dir, file string, g int, fn WorkFunc
 		return record{}, fmt.Errorf("stage %s: shard %d: %w", r.spec.Stage, g, diskFull(err, dir))
 	}
 	rec := record{Shard: g, File: file, SHA256: sum, Bytes: n, Rows: w.rows, Tokens: w.token,
-		Seconds: r.now().Sub(start).Seconds()}
+		Seconds: r.now().Sub(start).Seconds(), Phases: w.phases}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return record{}, fmt.Errorf("stage %s: shard %d: %w", r.spec.Stage, g, err)

@@ -127,11 +127,13 @@ func (r *runner) gatherParts(ctx context.Context, dir string) ([]mergeSource, []
 	return srcs, parts, nil
 }
 
-// mergeMetrics sums the parts' work: timing_s and shard_s are compute time over all
-// parts, merge_s is the merge itself, peak RSS is the largest part's.
+// mergeMetrics sums the parts' work: timing_s, shard_s and the phases are compute time
+// over all parts, merge_s is the merge itself, peak RSS is the largest part's.
 func mergeMetrics(m *format.Manifest, parts []*format.Manifest, mergeS float64) {
 	sum := map[string]float64{}
+	var phases format.Timings
 	for _, p := range parts {
+		addPhases(&phases, p.Timings.Phases)
 		for _, k := range []string{"timing_s", "shard_s", "rows", "tokens", "shards"} {
 			sum[k] += p.Metrics[k]
 		}
@@ -142,7 +144,8 @@ func mergeMetrics(m *format.Manifest, parts []*format.Manifest, mergeS float64) 
 		sum["tokens_per_s"] = sum["tokens"] / sum["shard_s"]
 	}
 	m.Metrics = sum
-	m.Timings = format.Timings{TotalS: sum["timing_s"], TokensPS: sum["tokens_per_s"], PeakRSSMB: sum["peak_rss_mb"]}
+	m.Timings = format.Timings{TotalS: sum["timing_s"], TokensPS: sum["tokens_per_s"], PeakRSSMB: sum["peak_rss_mb"],
+		Phases: phases.Phases}
 }
 
 // writePartMetrics writes MetricsName for a merge: one line per part, then the totals.

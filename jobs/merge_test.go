@@ -49,6 +49,9 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 			if m.Metrics["tokens"] != whole.Manifest.Metrics["tokens"] || m.Metrics["rows"] != whole.Manifest.Metrics["rows"] {
 				t.Errorf("merged metrics %v, want tokens and rows of %v", m.Metrics, whole.Manifest.Metrics)
 			}
+			if diff := cmp.Diff(whole.Manifest.Timings.Phases, m.Timings.Phases); diff != "" {
+				t.Errorf("merged phases (-unsharded +merged):\n%s", diff)
+			}
 			// The merged dataset is the unsharded output: an unsharded run hits it.
 			calls := counter{}
 			if res := mustRun(t, testSpec(out), testWork(7, calls)); !res.Hit || len(calls) != 0 {

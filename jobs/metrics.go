@@ -33,10 +33,12 @@ func isMetrics(name string) bool {
 func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
 	var rows, tokens int64
 	var shardS float64
+	m.Timings.Phases = nil
 	for _, rec := range recs {
 		rows += rec.Rows
 		tokens += rec.Tokens
 		shardS += rec.Seconds
+		addPhases(&m.Timings, rec.Phases)
 	}
 	m.Timings.TotalS = r.now().Sub(start).Seconds()
 	if shardS > 0 {
@@ -54,6 +56,16 @@ func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
 	}
 }
 
+// addPhases adds phases' seconds to t's.
+func addPhases(t *format.Timings, phases map[string]float64) {
+	for k, v := range phases {
+		if t.Phases == nil {
+			t.Phases = map[string]float64{}
+		}
+		t.Phases[k] += v
+	}
+}
+
 // writeMetrics writes MetricsName into dir: one line per shard, then one line with
 // the stage totals.
 func (r *runner) writeMetrics(dir string, recs []record, m *format.Manifest) error {
@@ -64,6 +76,9 @@ func (r *runner) writeMetrics(dir string, recs []record, m *format.Manifest) err
 			"tokens": rec.Tokens, "seconds": rec.Seconds}
 		if rec.Seconds > 0 {
 			line["tokens_per_s"] = float64(rec.Tokens) / rec.Seconds
+		}
+		if len(rec.Phases) > 0 {
+			line["phases"] = rec.Phases
 		}
 		if err := enc.Encode(line); err != nil {
 			return err

@@ -27,6 +27,8 @@ type record struct {
 	Rows    int64   `json:"rows"`
 	Tokens  int64   `json:"tokens"`
 	Seconds float64 `json:"seconds"`
+	// Phases is the seconds of the shard's named phases (Work.Phase).
+	Phases map[string]float64 `json:"phases,omitempty"`
 }
 
 func recordPath(dir, file string) string {

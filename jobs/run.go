@@ -161,11 +161,12 @@ type Result struct {
 // Path (creating it; any earlier partial file is already gone) and reports rows and
 // tokens with Add; when it returns nil, jobs fsyncs, hashes and records the file.
 type Work struct {
-	Shard int    // index in the whole plan
-	Path  string // file to write
-	rows  int64
-	token int64
-	run   *runner
+	Shard  int    // index in the whole plan
+	Path   string // file to write
+	rows   int64
+	token  int64
+	phases map[string]float64
+	run    *runner
 }
 
 // Add reports rows and tokens written so far in this shard, for the manifest, the
@@ -175,6 +176,16 @@ func (w *Work) Add(rows, tokens int64) {
 	w.token += tokens
 	w.run.progress.Add(0, rows, tokens)
 	w.run.trace(StepRows, w.Shard)
+}
+
+// Phase adds seconds to the named phase of this shard's work: the shard's line of
+// MetricsName lists its phases, and the manifest's Timings.Phases sums them over the
+// shards, resumed ones included.
+func (w *Work) Phase(name string, seconds float64) {
+	if w.phases == nil {
+		w.phases = map[string]float64{}
+	}
+	w.phases[name] += seconds
 }
 
 // WorkFunc computes one shard.

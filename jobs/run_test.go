@@ -65,6 +65,8 @@ func testWork(seed int64, calls counter) WorkFunc {
 			fmt.Fprintf(&b, "seed %d shard %d row %d\n", seed, w.Shard, i)
 		}
 		w.Add(int64(3+w.Shard), int64(10*(3+w.Shard)))
+		w.Phase("write", 0.5)
+		w.Phase("write", float64(w.Shard)) // phases add up within a shard too
 		return os.WriteFile(w.Path, b.Bytes(), 0o644)
 	}
 }
@@ -118,6 +120,9 @@ func TestRunCommitsDataset(t *testing.T) {
 	if m.Metrics["tokens"] != 250 || m.Timings.TokensPS <= 0 || m.Timings.TotalS <= 0 {
 		t.Errorf("metrics = %v, timings %+v", m.Metrics, m.Timings)
 	}
+	if diff := cmp.Diff(map[string]float64{"write": writeSeconds(5)}, m.Timings.Phases); diff != "" {
+		t.Errorf("manifest phases (-want +got):\n%s", diff)
+	}
 	for _, o := range m.Outputs {
 		sum, n, err := hashFile(filepath.Join(out, o.File))
 		if err != nil || sum != o.SHA256 || n != o.Bytes {
@@ -141,6 +146,18 @@ func TestRunCommitsDataset(t *testing.T) {
 	if got := strings.Count(string(b), "\n"); got != 6 {
 		t.Errorf("%s has %d lines, want 5 shards + 1 total", MetricsName, got)
 	}
+	if !strings.Contains(string(b), `"phases":{"write":4.5}`) {
+		t.Errorf("%s has no line with shard 4's phases {\"write\":4.5}:\n%s", MetricsName, b)
+	}
+}
+
+// writeSeconds is the "write" phase testWork reports over shards 0..n-1.
+func writeSeconds(n int) float64 {
+	s := 0.0
+	for i := range n {
+		s += 0.5 + float64(i)
+	}
+	return s
 }
 
 func TestRunCacheHitAndMiss(t *testing.T) {
@@ -258,6 +275,9 @@ func TestRunResumesAfterFailure(t *testing.T) {
 	}
 	if diff := cmp.Diff(clean.Manifest.Outputs, res.Manifest.Outputs); diff != "" {
 		t.Errorf("resumed outputs differ from a clean run (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(clean.Manifest.Timings.Phases, res.Manifest.Timings.Phases); diff != "" {
+		t.Errorf("resumed phases differ from a clean run's, resumed shards' included (-want +got):\n%s", diff)
 	}
 }
 

@@ -2,11 +2,13 @@ package pipelines
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,7 +109,9 @@ func TestPipeline(t *testing.T) {
 
 	// The log-prob stage compares the sampling log-probs the rollout binary really wrote
 	// with its old pass: both are the same bfloat16 policy at temperature 1, so the gap is
-	// rounding, below the stage's warning threshold (logprob.DriftWarn, 1 nat).
+	// rounding, below the stage's warning threshold (logprob.DriftWarn, 1 nat). Its
+	// manifest times the passes that ran: the reference pass only once the policy is no
+	// longer the SFT model, the memory pass only for MemPO.
 	for _, v := range []string{"mempo", "grpo"} {
 		for _, it := range []string{"iter-1", "iter-2"} {
 			dir := filepath.Join(run, v, it, "logprobs")
@@ -117,6 +121,17 @@ func TestPipeline(t *testing.T) {
 			}
 			if d, ok := m.Metrics["sampling_drift_max"]; !ok || d >= 1 {
 				t.Errorf("%s: sampling_drift_max %v (present %v), want below 1", dir, d, ok)
+			}
+			want := []string{"old_pass"}
+			if v == "mempo" {
+				want = append(want, "memory_pass")
+			}
+			if it != "iter-1" {
+				want = append(want, "ref_pass")
+			}
+			slices.Sort(want)
+			if got := slices.Sorted(maps.Keys(m.Timings.Phases)); !slices.Equal(got, want) {
+				t.Errorf("%s: timings' phases %v, want %v", dir, m.Timings.Phases, want)
 			}
 		}
 	}

@@ -270,6 +270,13 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
 	passes := []any{"shard", file, "rows", len(rows)}
+	// done records the pass that began at start in the manifest and the log line.
+	done := func(name string, start time.Time) float64 {
+		sec := time.Since(start).Seconds()
+		w.Phase(name, sec)
+		passes = append(passes, name+"_s", sec)
+		return sec
+	}
 	start := time.Now()
 	old, err := s.policy.PrefixLogProbs(pairs, sc)
 	if err != nil {
@@ -282,8 +289,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		out[i].OldLogprobs = old[i].LogProbs
 		out[i].RefLogprobs = old[i].LogProbs
 	}
-	oldS := time.Since(start).Seconds()
-	passes = append(passes, "old_pass_s", oldS)
+	oldS := done("old_pass", start)
 	if s.ref != nil {
 		start = time.Now()
 		ref, err := s.ref.PrefixLogProbs(pairs, sc)
@@ -296,17 +302,17 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 			}
 			out[i].RefLogprobs = ref[i].LogProbs
 		}
-		passes = append(passes, "ref_pass_s", time.Since(start).Seconds())
+		done("ref_pass", start)
 	}
 	if s.cfg.MemoryPass {
 		start = time.Now()
 		if err := s.memory(file, rows, trajs, out); err != nil {
 			return err
 		}
-		memS := time.Since(start).Seconds()
-		passes = append(passes, "memory_pass_s", memS, "memory_per_old", memS/oldS)
+		passes = append(passes, "memory_per_old", done("memory_pass", start)/oldS)
 	}
-	// What each pass cost, so a user sees what the memory signal costs on their rollouts.
+	// What each pass cost, so a user sees what the memory signal costs on their rollouts
+	// (the manifest's timings sum the passes over the shards).
 	s.log.Info("shard scored", passes...)
 	written, err := format.WriteFile(w.Path, out)
 	if err != nil {

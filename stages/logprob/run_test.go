@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -78,6 +79,7 @@ func TestRunOldMatchesSampling(t *testing.T) {
 		t.Errorf("log does not say the reference pass was skipped:\n%s", log.String())
 	}
 	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "memory_pass_s", "memory_per_old", "-ref_pass_s")
+	checkPhases(t, res.Manifest, "memory_pass", "old_pass")
 	again, _ := f.run(t, testConfig(), "logprobs", jobs.Spec{})
 	if !again.Hit {
 		t.Errorf("second Run: hit false, want a cache hit")
@@ -95,6 +97,22 @@ func TestRunOldMatchesSampling(t *testing.T) {
 		}
 	}
 	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "-memory_pass_s")
+	checkPhases(t, res.Manifest, "old_pass")
+}
+
+// checkPhases checks that the manifest's timings hold exactly the passes want, each
+// with a positive time.
+func checkPhases(t *testing.T, m *format.Manifest, want ...string) {
+	t.Helper()
+	got := slices.Sorted(maps.Keys(m.Timings.Phases))
+	if !slices.Equal(got, want) {
+		t.Errorf("manifest timings' phases %v, want %v", m.Timings.Phases, want)
+	}
+	for k, v := range m.Timings.Phases {
+		if v <= 0 {
+			t.Errorf("manifest phase %s took %v s, want > 0", k, v)
+		}
+	}
 }
 
 // checkPassTimes checks that log has one "shard scored" line per shard, each with
@@ -171,8 +189,9 @@ func TestRunRefPass(t *testing.T) {
 	save(t, ref, f.tok, f.in.Ref)
 	ref.Drop()
 	var log bytes.Buffer
-	_, got := f.run(t, testConfig(), "logprobs", jobs.Spec{Log: slog.New(slog.NewTextHandler(&log, nil))})
+	res, got := f.run(t, testConfig(), "logprobs", jobs.Spec{Log: slog.New(slog.NewTextHandler(&log, nil))})
 	checkPassTimes(t, log.String(), len(f.rolls), "old_pass_s", "ref_pass_s", "memory_pass_s")
+	checkPhases(t, res.Manifest, "memory_pass", "old_pass", "ref_pass")
 	m := loadModel(t, f.in.Ref)
 	rows := slices.Concat(f.rolls...)
 	var pairs []qwen2.Pair
