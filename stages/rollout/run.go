@@ -206,7 +206,10 @@ func (s *stage) shard(ctx context.Context, w *jobs.Work) error {
 		generated += n
 		w.Add(0, n)
 	}}
-	if err := protocol.Run(ctx, eps, gen, s.ret); err != nil {
+	// The manifest's timings split the shard into decoding and retrieval.
+	timedGen := timedGenerator{gen, func(sec float64) { w.Phase("generate", sec) }}
+	timedRet := timedRetriever{s.ret, func(sec float64) { w.Phase("retrieve", sec) }}
+	if err := protocol.Run(ctx, eps, timedGen, timedRet); err != nil {
 		return fmt.Errorf("uids %s..%s: %w", prompts[0].UID, prompts[len(prompts)-1].UID, err)
 	}
 	rows := s.rows(eps, slots)
@@ -219,6 +222,30 @@ func (s *stage) shard(ctx context.Context, w *jobs.Work) error {
 		"trajectories_per_s", float64(len(eps))/secs, "tokens_per_s", float64(generated)/secs)
 	return nil
 }
+
+// timedGenerator passes each Generate call's seconds to add.
+type timedGenerator struct {
+	protocol.Generator
+	add func(seconds float64)
+}
+
+func (t timedGenerator) Generate(ctx context.Context, contexts [][]int32, eps []*protocol.Episode) ([]protocol.Generation, error) {
+	defer since(time.Now(), t.add)
+	return t.Generator.Generate(ctx, contexts, eps)
+}
+
+// timedRetriever passes each Retrieve call's seconds to add.
+type timedRetriever struct {
+	protocol.Retriever
+	add func(seconds float64)
+}
+
+func (t timedRetriever) Retrieve(ctx context.Context, queries []string) ([][]protocol.Doc, error) {
+	defer since(time.Now(), t.add)
+	return t.Retriever.Retrieve(ctx, queries)
+}
+
+func since(start time.Time, add func(seconds float64)) { add(time.Since(start).Seconds()) }
 
 // episodes starts N episodes per prompt, in (uid, sample) order.
 func (s *stage) episodes(prompts []format.Prompt) ([]*protocol.Episode, map[*protocol.Episode]slot, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -81,6 +82,10 @@ func TestRunRecordsEpisodes(t *testing.T) {
 	}
 	if got, want := res.Manifest.Metrics["trajectories"], float64(6*cfg.N); got != want {
 		t.Errorf("metric trajectories = %v, want %v", got, want)
+	}
+	// The manifest's timings split the shards' work into decoding and retrieval.
+	if got := slices.Sorted(maps.Keys(res.Manifest.Timings.Phases)); !slices.Equal(got, []string{"generate", "retrieve"}) {
+		t.Errorf("timings' phases %v, want generate and retrieve", res.Manifest.Timings.Phases)
 	}
 	policy, err := jobs.CheckpointInput("policy", f.policy)
 	if err != nil {
