@@ -91,6 +91,20 @@ func TestBrowser(t *testing.T) {
 	}
 }
 
+// TestBrowserDataset renders a dataset's page and checks its timings table lists the
+// manifest's total and each phase of the stage's work.
+func TestBrowserDataset(t *testing.T) {
+	bin := chromium(t)
+	_, v := testRun(t)
+	dom := newPage(t, bin, v).dom("#/dataset?path=" + url.QueryEscape("mempo/iter-1/rollouts"))
+	for _, want := range []string{`<td>total</td><td class="num">12.5</td>`, `<td>generate</td><td class="num">11</td>`,
+		`<td>retrieve</td><td class="num">1.5</td>`} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the dataset page lacks %s", want)
+		}
+	}
+}
+
 // TestBrowserOverview renders the run page and checks it lists every dataset of the
 // test run, links each iteration's questions and fills in the mean rewards it fetches
 // after showing the page.

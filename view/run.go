@@ -40,6 +40,7 @@ type DatasetInfo struct {
 	Seed          int64              `json:"seed"`
 	Inputs        []format.Input     `json:"inputs,omitempty"`
 	Metrics       map[string]float64 `json:"metrics,omitempty"`
+	Timings       format.Timings     `json:"timings"` // its phases too, where the stage times them
 	Created       time.Time          `json:"created"`
 	Error         string             `json:"error,omitempty"` // why it cannot be read
 }
@@ -209,6 +210,7 @@ func describeDataset(rel, dir string) DatasetInfo {
 	info.Kind, info.SchemaVersion, info.Stage = m.Kind, m.SchemaVersion, m.Stage
 	info.Rows, info.Shards, info.Digest = m.Rows(), len(m.Outputs), m.Digest()
 	info.Config, info.Seed, info.Inputs, info.Metrics, info.Created = m.Config, m.Seed, m.Inputs, m.Metrics, m.Created
+	info.Timings = m.Timings
 	return info
 }
 

@@ -111,6 +111,7 @@ func makeRun(t testing.TB, dir string, sp spec) {
 		m.Inputs = []format.Input{{Name: "prompts", Path: "runs/elsewhere/task/prompts", Digest: "dataset:x"},
 			{Name: "policy", Path: "runs/elsewhere/sft", Digest: "checkpoint:x"}}
 		m.Metrics = map[string]float64{"answered_frac": 0.75, "turns_mean": float64(sp.turns)}
+		m.Timings = format.Timings{TotalS: 12.5, Phases: map[string]float64{"generate": 11, "retrieve": 1.5}}
 		must(format.WriteManifest(d.Dir, m))
 		_, err = formattest.WriteDataset(filepath.Join(g, "scores"), "score", scores)
 		must(err)

@@ -109,6 +109,11 @@ func TestOverview(t *testing.T) {
 	if len(o.Groups) != 2 || o.Groups[0].Path != "mempo/iter-1" || o.Groups[1].Iter != 2 || o.Groups[0].Series != "mempo" {
 		t.Fatalf("groups = %+v, want mempo/iter-1 and iter-2", o.Groups)
 	}
+	for _, d := range o.Datasets {
+		if d.Path == "mempo/iter-1/rollouts" && (d.Timings.TotalS != 12.5 || d.Timings.Phases["generate"] != 11 || d.Timings.Phases["retrieve"] != 1.5) {
+			t.Errorf("dataset %s timings %+v, want the manifest's 12.5 s, generate 11 and retrieve 1.5", d.Path, d.Timings)
+		}
+	}
 	if got := o.Groups[0].Figures["rollouts.answered_frac"]; got != 0.75 {
 		t.Errorf("figure rollouts.answered_frac = %v, want 0.75", got)
 	}

@@ -132,6 +132,9 @@ async function datasetPage(p) {
     [[d.kind, num(d.schema_version), d.stage, num(d.rows), num(d.shards), num(d.seed), el('td', { className: 'mono' }, d.digest), d.created]]));
   append(main, el('h2', {}, 'Inputs'), table(['name', 'path', 'digest'], (d.inputs || []).map(i => [i.name, i.path, el('td', { className: 'mono' }, i.digest)])));
   append(main, el('h2', {}, 'Metrics'), table(['name', 'value'], Object.entries(d.metrics || {}).sort().map(([k, v]) => [k, num(v, 4)])));
+  const t = d.timings || {};
+  append(main, el('h2', {}, 'Timings'), table(['what', 'seconds'], [['total', num(t.total_s, 1)]].concat(
+    Object.entries(t.phases || {}).sort().map(([k, v]) => [k, num(v, 1)]))));
   append(main, el('h2', {}, 'Config'), el('pre', {}, JSON.stringify(d.config, null, 2)));
 }
 
