@@ -131,7 +131,7 @@ func (r *runner) gatherParts(ctx context.Context, dir string) ([]mergeSource, []
 // over all parts, merge_s is the merge itself, peak RSS is the largest part's.
 func mergeMetrics(m *format.Manifest, parts []*format.Manifest, mergeS float64) {
 	sum := map[string]float64{}
-	var phases format.Timings
+	var phases map[string]float64
 	for _, p := range parts {
 		addPhases(&phases, p.Timings.Phases)
 		for _, k := range []string{"timing_s", "shard_s", "rows", "tokens", "shards"} {
@@ -145,7 +145,7 @@ func mergeMetrics(m *format.Manifest, parts []*format.Manifest, mergeS float64) 
 	}
 	m.Metrics = sum
 	m.Timings = format.Timings{TotalS: sum["timing_s"], TokensPS: sum["tokens_per_s"], PeakRSSMB: sum["peak_rss_mb"],
-		Phases: phases.Phases}
+		Phases: phases}
 }
 
 // writePartMetrics writes MetricsName for a merge: one line per part, then the totals.

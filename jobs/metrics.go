@@ -38,7 +38,7 @@ func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
 		rows += rec.Rows
 		tokens += rec.Tokens
 		shardS += rec.Seconds
-		addPhases(&m.Timings, rec.Phases)
+		addPhases(&m.Timings.Phases, rec.Phases)
 	}
 	m.Timings.TotalS = r.now().Sub(start).Seconds()
 	if shardS > 0 {
@@ -56,13 +56,13 @@ func (r *runner) measure(m *format.Manifest, recs []record, start time.Time) {
 	}
 }
 
-// addPhases adds phases' seconds to t's.
-func addPhases(t *format.Timings, phases map[string]float64) {
+// addPhases adds phases' seconds to sum's, making sum when there is a phase to add.
+func addPhases(sum *map[string]float64, phases map[string]float64) {
 	for k, v := range phases {
-		if t.Phases == nil {
-			t.Phases = map[string]float64{}
+		if *sum == nil {
+			*sum = map[string]float64{}
 		}
-		t.Phases[k] += v
+		(*sum)[k] += v
 	}
 }
 

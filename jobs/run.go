@@ -182,10 +182,7 @@ func (w *Work) Add(rows, tokens int64) {
 // MetricsName lists its phases, and the manifest's Timings.Phases sums them over the
 // shards, resumed ones included.
 func (w *Work) Phase(name string, seconds float64) {
-	if w.phases == nil {
-		w.phases = map[string]float64{}
-	}
-	w.phases[name] += seconds
+	addPhases(&w.phases, map[string]float64{name: seconds})
 }
 
 // WorkFunc computes one shard.
