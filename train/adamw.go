@@ -7,7 +7,6 @@ import "C"
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"unsafe"
 
 	"github.com/sugarme/gotch/ts"
@@ -264,11 +263,15 @@ func (o *AdamW) LendGrads() (err error) {
 // values, parameters, state or schedule) and returns ErrNonFinite, so the caller can
 // stop and keep the previous checkpoint.
 func (o *AdamW) Step() (st StepStats, err error) {
-	// The gradient norm and clip use gotch's generated ops, each of which reads
-	// libtch's thread-local error in a second cgo call: keep both on one OS thread
-	// (see model/torch's checked).
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// On the torch thread: at its thread count, and on one OS thread for the gradient
+	// norm's and clip's generated gotch ops, each of which reads libtch's thread-local
+	// error in a second cgo call (see model/torch's checked).
+	torch.Do(func() { st, err = o.step() })
+	return st, err
+}
+
+// step is Step on the torch thread.
+func (o *AdamW) step() (st StepStats, err error) {
 	k := o.steps + 1
 	defer torch.Catch(fmt.Sprintf("adamw step %d", k), &err)
 	has := o.adoptGrads()

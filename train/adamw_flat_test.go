@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/sugarme/gotch"
@@ -132,8 +131,6 @@ func TestFlatMatchesPerTensor(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/chunk %d/threads %d", cfg.name, chunk, threads), func(t *testing.T) {
 					defer func(c int64) { stepChunk = c }(stepChunk)
 					stepChunk = chunk
-					runtime.LockOSThread() // the thread count is the OS thread's
-					defer runtime.UnlockOSThread()
 					defer torch.SetNumThreads(torch.NumThreads())
 					torch.Check(torch.SetNumThreads(threads))
 					compareFlat(t, cfg.c, grads)

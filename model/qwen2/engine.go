@@ -195,8 +195,7 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	}
 	defer e.idle()
 	defer torch.Catch(fmt.Sprintf("engine: prefill of a prompt of %d tokens", len(s.Prompt)), &err)
-	torch.Do(func() {
-		defer torch.SetGrad(torch.SetGrad(false))
+	torch.DoNoGrad(func() {
 		if e.fs == nil {
 			e.fs = e.m.fuse()
 		}
@@ -262,8 +261,7 @@ func (e *Engine) Step() (done []Finished, err error) {
 		}
 	}()
 	defer torch.Catch(fmt.Sprintf("engine: step of %d rows and %d joining", len(e.rows), len(e.pending)), &err)
-	torch.Do(func() {
-		defer torch.SetGrad(torch.SetGrad(false))
+	torch.DoNoGrad(func() {
 		e.step()
 	})
 	done, e.done = e.done, nil

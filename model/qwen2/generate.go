@@ -88,13 +88,15 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		}
 	}()
 	defer torch.Catch(fmt.Sprintf("generate: batch of %d", len(reqs)), &err)
-	// libtorch keeps grad mode per OS thread: pinned, every op below runs without
-	// autograd, which the in-place ops of the forward pass rely on.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.SetGrad(torch.SetGrad(false))
-
 	out = make([]Completion, len(reqs))
+	// Without autograd, which the in-place ops of the forward pass rely on.
+	torch.DoNoGrad(func() { m.generate(reqs, samp, cfg, out) })
+	return out, nil
+}
+
+// generate decodes reqs into out on the torch thread, sampling with samp and, for
+// rows past the first worker's, samplers of its own.
+func (m *Model) generate(reqs []Request, samp *sample.Sampler, cfg sample.Config, out []Completion) {
 	rngs := make([]*rand.Rand, len(reqs))
 	for i, r := range reqs {
 		rngs[i] = sample.NewRNG(r.Seed)
@@ -158,7 +160,6 @@ func (m *Model) Generate(reqs []Request, cfg sample.Config) (out []Completion, e
 		}
 		active, valid = nextActive, nextValid
 	}
-	return out, nil
 }
 
 // prefill starts the decode of reqs from their Pasts (prefillPasts) when any carries

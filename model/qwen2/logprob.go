@@ -2,7 +2,6 @@ package qwen2
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 
 	"github.com/sugarme/gotch"
@@ -77,11 +76,13 @@ func (m *Model) LogProbs(pairs []Pair, cfg ScoreConfig) (out []Scored, err error
 			return nil, fmt.Errorf("score: pair %d: %w", i, err)
 		}
 	}
-	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.SetGrad(torch.SetGrad(false))
-	out = make([]Scored, len(pairs))
+	torch.DoNoGrad(func() { out, err = m.logProbs(pairs, cfg) })
+	return out, err
+}
+
+// logProbs is LogProbs on the torch thread.
+func (m *Model) logProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) {
+	out := make([]Scored, len(pairs))
 	all := make([]int, len(pairs))
 	for i := range all {
 		all[i] = i

@@ -2,7 +2,6 @@ package qwen2
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 
 	"github.com/mempo/mempo/model/torch"
@@ -70,11 +69,13 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 			return nil, fmt.Errorf("branch scores: tree %d: %w", i, err)
 		}
 	}
-	// libtorch keeps grad mode per OS thread: pinned, every op below runs without it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer torch.SetGrad(torch.SetGrad(false))
-	out = make([][][]float32, len(trees))
+	torch.DoNoGrad(func() { out, err = m.branchLogProbs(trees, cfg) })
+	return out, err
+}
+
+// branchLogProbs is BranchLogProbs on the torch thread.
+func (m *Model) branchLogProbs(trees []Tree, cfg ScoreConfig) ([][][]float32, error) {
+	out := make([][][]float32, len(trees))
 	trunk := func(i int) int { return len(trees[i].Trunk) }
 	for _, batch := range SplitBudget(treeOrder(trees), trunk, cfg.TokenBudget) {
 		sub := make([]Tree, len(batch))

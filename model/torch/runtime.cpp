@@ -4,7 +4,6 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
-#include <dlfcn.h>
 #include <malloc.h>
 #include <sys/mman.h>
 #include <torch/version.h>
@@ -19,19 +18,13 @@
 extern "C" {
 const char *mempo_torch_version() { return TORCH_VERSION; }
 int mempo_torch_num_threads() { return at::get_num_threads(); }
-void mempo_torch_set_num_threads(int n) { at::set_num_threads(n); }
-// Makes the calling thread's libtorch ops run on n OpenMP threads without touching the
-// process-wide count that at::set_num_threads also sets (and that later threads start
-// from): at::get_num_threads first settles this thread's lazy initialisation, which
-// would otherwise reset the count on its first parallel op, and omp_set_num_threads of
-// the OpenMP runtime libtorch loaded (found at run time: the binary does not link it)
-// sets this thread's count alone. Returns 0 when that runtime has no such symbol.
-int mempo_torch_set_thread_threads(int n) {
+// Sets the calling thread's intra-op thread count and the process-wide one that threads
+// yet to run a parallel op start from (at::set_num_threads sets both). at::get_num_threads
+// first settles this thread's lazy initialisation, which would otherwise reset its count
+// from the process-wide one on its first parallel op.
+void mempo_torch_set_num_threads(int n) {
   at::get_num_threads();
-  static auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (set == nullptr) return 0;
-  set(n);
-  return 1;
+  at::set_num_threads(n);
 }
 // libtorch_cuda registers its CUDA hooks when it loads; a CPU-only libtorch has none, and
 // then reports zero devices just as a CUDA one does on a machine without a visible GPU.

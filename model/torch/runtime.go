@@ -7,9 +7,6 @@ package torch
 
 // #cgo CXXFLAGS: -std=c++17
 // const char *mempo_torch_version();
-// int mempo_torch_num_threads();
-// void mempo_torch_set_num_threads(int n);
-// int mempo_torch_set_thread_threads(int n);
 // int mempo_torch_cuda_built();
 // #include <stddef.h>
 // void mempo_torch_bound_heap();
@@ -62,23 +59,6 @@ const WantVersion = "2.1.2"
 
 // Version reports the libtorch version the binary is linked with.
 func Version() string { return C.GoString(C.mempo_torch_version()) }
-
-// NumThreads reports the size of libtorch's intra-op thread pool.
-func NumThreads() int { return int(C.mempo_torch_num_threads()) }
-
-// SetNumThreads sets the intra-op thread pool size of the calling OS thread and of the
-// torch thread (Do); n must be positive. OpenMP keeps the count per OS thread, and
-// libtorch fixes a thread's own from the process-wide setting on that thread's first
-// parallel op: without the second call, a torch thread first used at one count (a
-// benchmark's threads=1) kept it through every later SetNumThreads.
-func SetNumThreads(n int) error {
-	if n < 1 {
-		return fmt.Errorf("torch: threads %d, want >= 1", n)
-	}
-	C.mempo_torch_set_num_threads(C.int(n))
-	Do(func() { C.mempo_torch_set_num_threads(C.int(n)) })
-	return nil
-}
 
 // Device resolves a --device value: "cpu", "cuda" or "cuda:N". A CUDA device this
 // process cannot use is an error that says why: the binary is linked against a

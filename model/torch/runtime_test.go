@@ -3,7 +3,6 @@ package torch
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,28 +13,6 @@ import (
 func TestVersion(t *testing.T) {
 	if got := Version(); got != WantVersion {
 		t.Fatalf("Version() = %q, want %q", got, WantVersion)
-	}
-}
-
-func TestSetNumThreads(t *testing.T) {
-	// The count is the calling OS thread's: pinned, the goroutine reads it where it set it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	old := NumThreads()
-	if old < 1 {
-		t.Fatalf("NumThreads() = %d, want >= 1", old)
-	}
-	defer SetNumThreads(old)
-	for _, n := range []int{1, 2} {
-		if err := SetNumThreads(n); err != nil {
-			t.Fatal(err)
-		}
-		if got := NumThreads(); got != n {
-			t.Errorf("after SetNumThreads(%d): NumThreads() = %d", n, got)
-		}
-	}
-	if err := SetNumThreads(0); err == nil {
-		t.Error("SetNumThreads(0) = nil, want error")
 	}
 }
 

@@ -13,7 +13,7 @@ func TestParallel(t *testing.T) {
 	var threads [n]int
 	Parallel(n, func(w int) {
 		seen[w]++
-		threads[w] = NumThreads()
+		threads[w] = threadCount()
 	})
 	for w := range n {
 		if seen[w] != 1 || threads[w] != 1 {

@@ -330,9 +330,8 @@ func (g *Group) round(jobs []*work, own func() error, merge func(done)) error {
 
 // publish copies the leader's weights into the shared weights region.
 func (g *Group) publish() (err error) {
-	torch.Do(func() {
+	torch.DoNoGrad(func() {
 		defer torch.Catch("share the weights", &err)
-		defer torch.SetGrad(torch.SetGrad(false))
 		for i, p := range g.params {
 			g.weights.params[i].CopyFrom(torch.Of(p.T))
 		}
@@ -344,9 +343,8 @@ func (g *Group) publish() (err error) {
 // rank order. A parameter the leader's share left without a gradient gets a copy of
 // the first worker's.
 func (g *Group) gather(ranks []int) (err error) {
-	torch.Do(func() {
+	torch.DoNoGrad(func() {
 		defer torch.Catch("add the workers' gradients", &err)
-		defer torch.SetGrad(torch.SetGrad(false))
 		for _, rank := range ranks {
 			v := g.grads[rank-1]
 			for i, h := range g.handles {

@@ -198,9 +198,8 @@ func micros(step train.PPOStep, micros [][]train.Sequence, divisor float64) (st 
 // load copies the leader's weights into the replica and zeroes the gradient region,
 // lent to the parameters as their gradients, so the backward pass adds into it.
 func (r *replica) load() (err error) {
-	torch.Do(func() {
+	torch.DoNoGrad(func() {
 		defer torch.Catch("load the leader's weights", &err)
-		defer torch.SetGrad(torch.SetGrad(false))
 		for i, p := range r.params {
 			torch.Of(p.T).CopyFrom(r.weights.params[i])
 		}

@@ -5,7 +5,6 @@ package torchtest
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -14,14 +13,11 @@ import (
 	"github.com/sugarme/gotch"
 )
 
-// ForThreads runs f as one sub-benchmark per thread count ("threads=N"). OpenMP
-// keeps the thread count per OS thread, so each sub-benchmark pins its goroutine
-// before setting it.
+// ForThreads runs f as one sub-benchmark per thread count ("threads=N"), the count of
+// the torch thread, where the timed ops run (TimeLoop, Measure).
 func ForThreads(b *testing.B, counts []int, f func(b *testing.B)) {
 	for _, n := range counts {
 		b.Run(fmt.Sprintf("threads=%d", n), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			old := torch.NumThreads()
 			if err := torch.SetNumThreads(n); err != nil {
 				b.Fatal(err)
@@ -38,10 +34,11 @@ var (
 	copyRate   = map[int]float64{}
 )
 
-// Measure calls op for 300 ms after one warm-up call and returns the calls per second
-// of the fastest call: the peak rate, less the time other processes took. Each call
-// ends when the benchmark device has finished its work (Sync).
+// Measure calls op on the torch thread for 300 ms after one warm-up call and returns
+// the calls per second of the fastest call: the peak rate, less the time other
+// processes took. Each call ends when the benchmark device has finished its work (Sync).
 func Measure(op func()) float64 {
+	op = onTorchThread(op)
 	op()
 	Sync()
 	var best time.Duration
@@ -56,11 +53,14 @@ func Measure(op func()) float64 {
 	return 1 / best.Seconds()
 }
 
-// TimeLoop calls op once untimed, then once per b.Loop iteration, and returns the
-// fastest iteration. On a shared machine the minimum drops the time other processes
-// took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the mean. Each call
-// ends when the benchmark device has finished its work (Sync).
+// TimeLoop calls op on the torch thread once untimed, then once per b.Loop iteration,
+// and returns the fastest iteration. On a shared machine the minimum drops the time
+// other processes took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the
+// mean. Each call ends when the benchmark device has finished its work (Sync). op
+// must not call b.Fatal, whose runtime.Goexit would end the torch thread: keep a
+// failure for after the loop.
 func TimeLoop(b *testing.B, op func()) time.Duration {
+	op = onTorchThread(op)
 	op()
 	Sync()
 	var best time.Duration
@@ -75,7 +75,11 @@ func TimeLoop(b *testing.B, op func()) time.Duration {
 	return best
 }
 
-// GEMMFLOPS is libtorch's matmul throughput at the calling thread's thread count, on
+// onTorchThread is op run on the torch thread (torch.Do), the one thread whose
+// libtorch ops use the threads ForThreads sets.
+func onTorchThread(op func()) func() { return func() { torch.Do(op) } }
+
+// GEMMFLOPS is libtorch's matmul throughput at the torch thread's thread count, on
 // the benchmark device in its dtype (Device, DType; the CPU in float32 by default),
 // measured on first use per count: the denominator of gemm-fraction. The product is
 // 1024³ on the CPU and 4096³ on an accelerator, where a smaller one measures the
@@ -109,7 +113,7 @@ func ReportRate(b *testing.B, best time.Duration, tokensPerIter int, flopsPerIte
 }
 
 // CopyBandwidth is the bytes per second libtorch's copy_ moves between two 256 MiB
-// float32 tensors (read plus write) on the benchmark device at the calling thread's
+// float32 tensors (read plus write) on the benchmark device at the torch thread's
 // thread count, measured on first use per count: the denominator of bw-fraction.
 func CopyBandwidth() float64 {
 	rooflineMu.Lock()
