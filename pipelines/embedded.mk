@@ -11,10 +11,10 @@ VARIANTS ?= mempo grpo
 # but are never asked. Fewer two-hop objectives than the default leave room to learn.
 TASK_FLAGS    ?= --train 3000 --test 48 --no-year-questions --two-hop-rate 0.25
 INIT_FLAGS    ?= --preset tiny
-# One pass over SFT_QUESTIONS oracle trajectories (about 4.5 minutes in bfloat16, 8 in
+# One pass over SFT_QUESTIONS oracle trajectories (about 4 minutes in bfloat16, 8 in
 # float32). A small weight on the context tokens' NLL teaches the from-scratch model its
 # corpus and copying from context, which the response tokens alone do not within this
-# budget (held-out NLL 7.22 → 0.22). `--threads 1 --procs 2` trains about 1.2x as fast
+# budget (held-out NLL 7.22 → 0.22). `--threads 1 --procs 2` trains about 1.1x as fast
 # here (README, "Training in several processes") but, its gradients summed in another order,
 # into another model whose table and RL phase differ; the demo keeps the table the
 # README shows.
@@ -23,7 +23,7 @@ SFT_FLAGS     ?= --questions $(SFT_QUESTIONS) --epochs 1 --lr 4e-3 --schedule li
   --batch-tokens 4096 --max-turns 8 --context-loss-weight 0.2 --threads 2
 # bfloat16 where the CPU multiplies it natively (AVX512-BF16 or AMX-BF16): there the
 # tiny model's matrix products run 2.4-3.9x faster than in float32 and the demo takes
-# about 9 minutes instead of 19 (README). Elsewhere float32: without those instructions
+# about 8 minutes instead of 19 (README). Elsewhere float32: without those instructions
 # a bfloat16 product saves no time. SFT trains in it; the RL stages keep their
 # checkpoint's precision. Probed once (experiment.mk exports every variable to each
 # recipe, which would rerun a recursive $(shell)); a command-line or environment DTYPE wins.
