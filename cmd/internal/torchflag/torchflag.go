@@ -64,7 +64,8 @@ func CheckDType(s string) error {
 
 // Threads binds --threads, which sets the intra-op thread count of the torch thread,
 // where the stages' tensor work runs (torch.SetNumThreads), before any tensor work. It
-// is no config field: it changes speed, and products' rounding, not tokens. Since the
+// is no config field: it changes speed, and the products' last bits (a rollout's
+// sampling log-probs; a token only where a draw lands that close to a boundary). Since the
 // process keeps one OpenMP team, even the tiny preset decodes faster on two threads
 // than on one (a demo rollout shard: 8.9-10.3 s against 13.9 s).
 func Threads() app.Flag {
