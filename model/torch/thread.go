@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 )
 
@@ -39,7 +38,6 @@ import (
 // rollout shard 12.0-12.8 → 8.9-10.3 s, an update 15.3-16.2 → 14.0-14.7 s.
 
 var thread struct {
-	once sync.Once
 	jobs chan func()
 	self atomic.Uint64 // the torch thread's pthread_t
 }
@@ -55,7 +53,6 @@ var goexit = new(int)
 // runtime.Goexit (a test's t.FailNow), the caller's goroutine exits too, and a new
 // torch thread, at the same thread count, replaces the one that ended with f's.
 func Do(f func()) {
-	thread.once.Do(startThread)
 	if onThread() {
 		f()
 		return
@@ -87,12 +84,9 @@ func Do(f func()) {
 }
 
 // The torch thread starts with the process, before any other thread can run a
-// parallel op at libtorch's default count.
-func init() { thread.once.Do(startThread) }
-
-// startThread starts the torch thread at libtorch's default count (one per core, or
-// OMP_NUM_THREADS); every other thread starts at one.
-func startThread() {
+// parallel op, at libtorch's default count (one per core, or OMP_NUM_THREADS); every
+// other thread starts at one.
+func init() {
 	thread.jobs = make(chan func())
 	runThread(0)
 }

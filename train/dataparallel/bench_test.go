@@ -71,16 +71,12 @@ func BenchmarkSFTStep(b *testing.B) {
 				defer g.Close()
 				pass = g
 			}
-			var err error
 			best := torchtest.TimeLoop(b, func() {
-				if err == nil {
-					_, _, err = pass.Backward(batch)
+				if _, _, err := pass.Backward(batch); err != nil {
+					b.Fatal(err)
 				}
 				clearGrads(m)
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
 			b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 			b.ReportMetric(float64(tokens)/best.Seconds(), "best-tokens/s")
 		})

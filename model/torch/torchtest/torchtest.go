@@ -56,9 +56,9 @@ func Measure(op func()) float64 {
 // TimeLoop calls op on the torch thread once untimed, then once per b.Loop iteration,
 // and returns the fastest iteration. On a shared machine the minimum drops the time
 // other processes took (as in stages/logprob BenchmarkLogprobPasses); ns/op keeps the
-// mean. Each call ends when the benchmark device has finished its work (Sync). op
-// must not call b.Fatal, whose runtime.Goexit would end the torch thread: keep a
-// failure for after the loop.
+// mean. Each call ends when the benchmark device has finished its work (Sync). An op
+// that calls b.Fatal ends the benchmark as it would on the benchmark's goroutine
+// (torch.Do passes its runtime.Goexit on).
 func TimeLoop(b *testing.B, op func()) time.Duration {
 	op = onTorchThread(op)
 	op()
