@@ -62,13 +62,27 @@ func (a *Attention) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch.Ra
 	return a.O.forward(o)
 }
 
+// store appends x's keys and values to kv, computed as forward computes them
+// (bit for bit), without the queries or the attention.
+func (a *Attention) store(x torch.Raw, p *pass, kv kvStore) {
+	k := a.project(a.K, x, a.kvHeads, p, true)
+	k.MulScalar_(a.scale())
+	v := a.project(a.V, x, a.kvHeads, p, false)
+	keys, vals := k.Transpose(1, 2), v.Transpose(1, 2)
+	ck, cv := kv.append(keys, vals)
+	torch.Free(k, v, keys, vals, ck, cv)
+}
+
+// scale is what queries and keys are each multiplied by (see qkv).
+func (a *Attention) scale() float64 { return math.Sqrt(1 / math.Sqrt(float64(a.headDim))) }
+
 // qkv projects x: [b, t, hidden] to queries [b, t, heads, headDim] and keys and
 // values [b, t, kvHeads, headDim], queries and keys rotated and scaled. SDPA's math
 // path, which the batched forward used, multiplies queries and keys each by
 // sqrt(1/sqrt(headDim)) before their product; so does this, and the cache keeps
 // the scaled keys.
 func (a *Attention) qkv(x torch.Raw, p *pass, f *fused) (q, k, v torch.Raw) {
-	scale := math.Sqrt(1 / math.Sqrt(float64(a.headDim)))
+	scale := a.scale()
 	if f == nil {
 		q = a.project(a.Q, x, a.heads, p, true)
 		q.MulScalar_(scale) // rotate's last op, add_, saves nothing for backward

@@ -66,6 +66,16 @@ func (l *layerCache) append(k, v torch.Raw) (torch.Raw, torch.Raw) {
 	return l.k.Narrow(2, 0, start+n), l.v.Narrow(2, 0, start+n)
 }
 
+// head is a view of c's first rows rows: it shares c's storage and starts at c's
+// length, and a pass through it advances the view, not c. Drop frees the view only.
+func (c *Cache) head(rows int) *Cache {
+	v := &Cache{len: c.len, cap: c.cap, device: c.device}
+	for _, l := range c.layers {
+		v.layers = append(v.layers, layerCache{k: l.k.Narrow(0, 0, int64(rows)), v: l.v.Narrow(0, 0, int64(rows)), cache: v})
+	}
+	return v
+}
+
 // Keep retains the given batch rows, in that order, and frees the others; the
 // decode loop calls it to stop computing rows that have finished.
 func (c *Cache) Keep(rows []int64) {

@@ -191,12 +191,13 @@ type states struct {
 	out []int
 }
 
-// trunkCache is the KV cache of a batch's trunks, row r for tree r: the first root[r]
-// trunk tokens sit in slots [0, root[r]) and the others from slot rest on.
+// trunkCache is the KV cache of a batch's trunks, row row[r] for tree r: the first
+// root[r] trunk tokens sit in slots [0, root[r]) and the others from slot rest on.
+// Rows go longest rest first, so extend computes only the rows still running.
 type trunkCache struct {
 	*Cache
-	root []int
-	rest int
+	root, row []int
+	rest      int
 }
 
 // slot is the cache slot of trunk token k of tree r.
@@ -219,19 +220,33 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
 		seqs[i] = t.Trunk
 	}
 	runs, shared := prefixRuns(seqs)
-	tc := trunkCache{root: make([]int, len(trees))}
-	src := make([]int64, len(trees)) // root cache row each trunk continues
-	var roots []extendRow
-	rootWidth := 0
+	var rooted []int // the runs that share a root, longest root first
 	for i, run := range runs {
-		if len(run) < 2 || shared[i] == 0 {
-			continue
+		if len(run) >= 2 && shared[i] > 0 {
+			rooted = append(rooted, i)
 		}
-		for _, t := range run {
-			tc.root[t], src[t] = shared[i], int64(len(roots))
+	}
+	slices.SortStableFunc(rooted, func(a, b int) int { return shared[b] - shared[a] })
+	tc := trunkCache{root: make([]int, len(trees)), row: make([]int, len(trees))}
+	src := make([]int, len(trees)) // root cache row each trunk continues
+	roots := make([]extendRow, len(rooted))
+	for k, i := range rooted {
+		for _, t := range runs[i] {
+			tc.root[t], src[t] = shared[i], k
 		}
-		roots = append(roots, extendRow{ids: trees[run[0]].Trunk[:shared[i]]})
-		rootWidth = max(rootWidth, shared[i])
+		roots[k] = extendRow{ids: trees[runs[i][0]].Trunk[:shared[i]]}
+	}
+	order := make([]int, len(trees)) // cache row → tree, longest rest first
+	for r := range order {
+		order[r] = r
+	}
+	rest := func(t int) int { return len(trees[t].Trunk) - tc.root[t] }
+	slices.SortStableFunc(order, func(a, b int) int { return rest(b) - rest(a) })
+	rows := make([]extendRow, len(trees))
+	srcRows := make([]int64, len(trees))
+	for r, t := range order {
+		tc.row[t], srcRows[r] = r, int64(src[t])
+		rows[r] = extendRow{ids: trees[t].Trunk[tc.root[t]:], past: tc.root[t]}
 	}
 	var rootPicks, restPicks []statePick
 	for _, b := range brs {
@@ -239,24 +254,22 @@ func (m *Model) trunks(trees []Tree, brs []treeBranch) (trunkCache, states) {
 			continue
 		}
 		if q := b.Prefix - 1; q < tc.root[b.tree] {
-			rootPicks = append(rootPicks, statePick{row: int(src[b.tree]), q: q, out: b.out})
+			rootPicks = append(rootPicks, statePick{row: src[b.tree], q: q, out: b.out})
 		} else {
-			restPicks = append(restPicks, statePick{row: b.tree, q: q - tc.root[b.tree], out: b.out})
+			restPicks = append(restPicks, statePick{row: tc.row[b.tree], q: q - tc.root[b.tree], out: b.out})
 		}
 	}
-	rows := make([]extendRow, len(trees))
 	width := 0
-	for r, t := range trees {
-		rows[r] = extendRow{ids: t.Trunk[tc.root[r]:], past: tc.root[r]}
-		width = max(width, len(rows[r].ids))
+	if len(order) > 0 {
+		width = rest(order[0])
 	}
 	if len(roots) == 0 {
 		tc.Cache = m.NewCache(len(trees), width)
 		return tc, m.extend(tc.Cache, rows, restPicks)
 	}
-	rc := m.NewCache(len(roots), rootWidth)
+	rc := m.NewCache(len(roots), len(roots[0].ids))
 	r := m.extend(rc, roots, rootPicks)
-	tc.rest, tc.Cache = rc.Len(), rc.copyRows(src, rc.Len(), rc.Len()+width)
+	tc.rest, tc.Cache = rc.Len(), rc.copyRows(srcRows, rc.Len(), rc.Len()+width)
 	rc.Drop()
 	s := m.extend(tc.Cache, rows, restPicks)
 	return tc, states{h: catFree([]torch.Raw{r.h, s.h}), out: append(r.out, s.out...)}
@@ -275,10 +288,12 @@ type statePick struct{ row, q, out int }
 
 // extend runs rows, one per cache row, into cache after its filled slots, treeChunk
 // slots at a time so the attention intermediates stay [rows, heads, chunk, width],
-// and returns the picked hidden states. A padding slot attends to slot 0 only, so no
-// softmax row is all -inf.
+// and returns the picked hidden states; a chunk with none only fills the cache (see
+// fill). Callers order rows longest first, so a chunk computes only the rows still
+// running (see running); within it, a padding slot of a row that ends there attends
+// to slot 0 only, so no softmax row is all -inf.
 func (m *Model) extend(cache *Cache, rows []extendRow, picks []statePick) states {
-	base, w, n := cache.Len(), 0, len(rows)
+	base, w := cache.Len(), 0
 	for _, r := range rows {
 		w = max(w, len(r.ids))
 	}
@@ -286,10 +301,11 @@ func (m *Model) extend(cache *Cache, rows []extendRow, picks []statePick) states
 	var out []int
 	for s := 0; s < w; s += treeChunk {
 		k := min(treeChunk, w-s)
+		n := running(rows, s)
 		span := base + s + k
 		ids, pos := make([]int64, n*k), make([]int64, n*k)
 		mask := make([]bool, n*k*span)
-		for r, row := range rows {
+		for r, row := range rows[:n] {
 			for q := s; q < s+k; q++ {
 				i := r*k + q - s
 				keys := mask[i*span : (i+1)*span]
@@ -306,7 +322,7 @@ func (m *Model) extend(cache *Cache, rows []extendRow, picks []statePick) states
 				}
 			}
 		}
-		var sel []int64 // flat indices into this chunk's [rows·k] hidden states
+		var sel []int64 // flat indices into this chunk's [n·k] hidden states
 		for _, p := range picks {
 			if p.q >= s && p.q < s+k {
 				sel = append(sel, int64(p.row*k+p.q-s))
@@ -318,17 +334,33 @@ func (m *Model) extend(cache *Cache, rows []extendRow, picks []statePick) states
 		pt := torch.RawFromHost(pos, shape, m.device)
 		mt := torch.RawFromHost(mask, []int64{int64(n), 1, int64(k), int64(span)}, m.device)
 		bias := maskBias(mt, m.dtype)
-		h := m.hidden(it, pt, bias, cache, nil)
-		torch.Free(it, pt, mt, bias)
-		if len(sel) > 0 {
+		view := cache.head(n)
+		if len(sel) == 0 {
+			m.fill(it, pt, bias, view)
+		} else {
+			h := m.hidden(it, pt, bias, view, nil)
 			parts = append(parts, selectStates(h, sel, m.device))
+			h.Free()
 		}
-		h.Free()
+		view.Drop()
+		cache.advance(int64(k))
+		torch.Free(it, pt, mt, bias)
 	}
 	if len(parts) == 0 {
 		return states{h: torch.RawEmpty([]int64{0, int64(m.Config.HiddenSize)}, m.dtype, m.device)}
 	}
 	return states{h: catFree(parts), out: out}
+}
+
+// running is how many leading rows a chunk from token s on computes: up to the last
+// row with a token there. The rows after it have ended; their slots of the chunk stay
+// empty, and nothing reads them (a branch reads its trunk's slots before its Prefix).
+func running(rows []extendRow, s int) int {
+	n := len(rows)
+	for n > 0 && len(rows[n-1].ids) <= s {
+		n--
+	}
+	return n
 }
 
 // branches runs brs as rows over copies of their trees' rows of the trunk cache (the
@@ -344,7 +376,7 @@ func (m *Model) branches(trunk trunkCache, brs []treeBranch) (torch.Raw, []int) 
 		past = max(past, b.past)
 	}
 	for r, b := range brs {
-		rows[r], tokens[r], start[r] = int64(b.tree), b.IDs, b.Prefix
+		rows[r], tokens[r], start[r] = int64(trunk.row[b.tree]), b.IDs, b.Prefix
 		valid[r] = make([]bool, past)
 		for k := range b.Prefix {
 			valid[r][trunk.slot(b.tree, k)] = true

@@ -122,6 +122,13 @@ func (l *DecoderLayer) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch
 	return out
 }
 
+// store writes x's keys and values of this layer into kv and computes nothing else.
+func (l *DecoderLayer) store(x torch.Raw, p *pass, kv kvStore) {
+	n := l.InputNorm.forward(x, p)
+	defer n.Free()
+	l.Attn.store(n, p, kv)
+}
+
 // Model is the Qwen2 causal language model.
 type Model struct {
 	Config Config
@@ -149,6 +156,20 @@ func (m *Model) Hidden(ids, pos, mask *ts.Tensor, cache *Cache) *ts.Tensor {
 // hidden is Hidden with the mask given as an additive bias: [b, 1, t, past+t] in
 // the model dtype (see maskBias), through fused projections fs when not nil.
 func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch.Raw {
+	return m.layers(ids, pos, bias, cache, fs, true)
+}
+
+// fill runs ids into cache like hidden and returns nothing: the last layer computes
+// only the keys and values later tokens read, not its attention, MLP or output. The
+// memory pass's stitched trajectories read nothing of their trunks but the cache, so
+// on the 4-layer tiny model this saves about a fifth of their forward.
+func (m *Model) fill(ids, pos, bias torch.Raw, cache *Cache) {
+	m.layers(ids, pos, bias, cache, nil, false)
+}
+
+// layers runs the decoder; with out unset it stops after the last layer's keys and
+// values and returns the zero Raw.
+func (m *Model) layers(ids, pos, bias torch.Raw, cache *Cache, fs []fused, out bool) torch.Raw {
 	size := ids.Size()
 	b, t := size[0], size[1]
 	past := int64(0)
@@ -160,11 +181,19 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	}
 	p := m.newPass(pos, bias, b, t, past+t, torch.GradEnabled())
 	defer p.free()
+	if !out && cache == nil {
+		panic("decoder: a pass without outputs needs a cache to fill")
+	}
 	h := m.embed(ids, p.grad)
+	defer func() { h.Free() }()
 	for i, l := range m.Layers {
 		var kv kvStore
 		if cache != nil {
 			kv = cache.layer(i)
+		}
+		if !out && i == len(m.Layers)-1 {
+			l.store(h, p, kv)
+			break
 		}
 		var f *fused
 		if fs != nil {
@@ -177,7 +206,9 @@ func (m *Model) hidden(ids, pos, bias torch.Raw, cache *Cache, fs []fused) torch
 	if cache != nil {
 		cache.advance(t)
 	}
-	defer h.Free()
+	if !out {
+		return torch.Raw{}
+	}
 	return m.Norm.forward(h, p)
 }
 
