@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mempo/mempo/model/torch"
 )
 
 func TestBranchBatches(t *testing.T) {
@@ -85,6 +87,41 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 					t.Errorf("%+v chunk %d tree %d branch %d: max |Δlogprob| packed vs alone = %g, want <= 1e-5", cfg, tc.chunk, i, b, d)
 				}
 			}
+		}
+	}
+}
+
+// TestTrunkRowsLongestFirst checks the layout extend's savings rest on: the trunk
+// cache's rows go by the length of the trunk part each row runs (after its shared
+// root), longest first, so a chunk computes only leading rows (running).
+func TestTrunkRowsLongestFirst(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	root := randomTokens(rng, 10, 97)
+	trees := []Tree{
+		{Trunk: randomTokens(rng, 5, 97)},                      // runs 5
+		{Trunk: slices.Concat(root, randomTokens(rng, 3, 97))}, // runs 3 after the root
+		{Trunk: randomTokens(rng, 9, 97)},                      // runs 9
+		{Trunk: slices.Concat(root, randomTokens(rng, 7, 97))}, // runs 7 after the root
+	}
+	var brs []treeBranch
+	for i, tr := range trees {
+		brs = append(brs, treeBranch{Branch: Branch{Prefix: len(tr.Trunk), IDs: []int64{1, 2}, From: 1}, tree: i})
+	}
+	var row []int
+	torch.DoNoGrad(func() {
+		tc, st := m.trunks(trees, brs)
+		row = tc.row
+		tc.Drop()
+		st.h.Free()
+	})
+	if want := []int{2, 3, 0, 1}; !slices.Equal(row, want) {
+		t.Errorf("trunk cache rows by tree = %v, want %v (9, 7, 5, 3 tokens to run)", row, want)
+	}
+	rows := []extendRow{{ids: make([]int64, 9)}, {ids: make([]int64, 7)}, {ids: make([]int64, 5)}, {ids: make([]int64, 3)}}
+	for s, want := range map[int]int{0: 4, 2: 4, 3: 3, 5: 2, 6: 2, 7: 1, 8: 1} {
+		if got := running(rows, s); got != want {
+			t.Errorf("running(rows of 9, 7, 5, 3 tokens, from %d) = %d, want %d", s, got, want)
 		}
 	}
 }
