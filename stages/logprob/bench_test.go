@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
@@ -74,19 +75,28 @@ func BenchmarkLogprobPasses(b *testing.B) {
 // BenchmarkLogprobPassesRun is BenchmarkLogprobPasses on a pipeline run's real
 // rollouts: MEMPO_BENCH_RUN names a `make demo` run directory (runs/demo), whose
 // first MemPO iteration's rollouts are scored with the training prompts' golds as
-// targets, by the SFT checkpoint that generated them (model=sft, as policy and
-// reference) and by a randomly initialised model of Qwen2.5-0.5B's widths and
-// vocabulary with two layers (seed 1) in the checkpoint's precision
-// (model=0.5b-shape-2l, without the one-sequence-per-probability pass, which would
-// take minutes). The tiny model's attention weighs as much as its products over the
-// long stitched histories P_full reads; at the wider shape it weighs little, and the
-// head over the old pass's response tokens much. It skips when the variable is unset.
+// targets after the demo protocol's memory probe, as the stage scores them, by the
+// SFT checkpoint that generated them (model=sft, as policy and reference) and by a
+// randomly initialised model of Qwen2.5-0.5B's widths and vocabulary with two layers
+// (seed 1) in the checkpoint's precision (model=0.5b-shape-2l, without the
+// one-sequence-per-probability pass, which would take minutes). At the wider shape
+// the head over the old pass's response tokens weighs much, and with two layers the
+// trunks' last layer, which computes only keys and values, is half their work. It
+// runs under glibc's malloc defaults, not the stage's torch.BoundHeap (see
+// BenchmarkOldPass). It skips when the variable is unset.
 func BenchmarkLogprobPassesRun(b *testing.B) {
 	run := os.Getenv("MEMPO_BENCH_RUN")
 	if run == "" {
 		b.Skip("MEMPO_BENCH_RUN is unset: point it at a `make demo` run directory (runs/demo)")
 	}
-	s := &state{cfg: DefaultConfig(), in: Inputs{Policy: filepath.Join(run, "sft"), Prompts: filepath.Join(run, "task", "prompts-train")},
+	// The demo's protocol: its memory probe is part of every target the stage scores.
+	p, err := protocol.Load(filepath.Join("..", "..", "pipelines", "demo-protocol.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.AnswerOpen, cfg.AnswerSeparator, cfg.Probe = p.Answer.Open, p.AnswerSeparator, p.MemoryProbe
+	s := &state{cfg: cfg, in: Inputs{Policy: filepath.Join(run, "sft"), Prompts: filepath.Join(run, "task", "prompts-train")},
 		log: slog.New(slog.DiscardHandler), policyDigest: "benchmark-policy", reuseRef: true}
 	if err := s.load(); err != nil {
 		b.Fatal(err)
