@@ -33,6 +33,23 @@ var tiny = []string{
 	"STAGE_FLAGS=--progress none --log-level warn",
 }
 
+// samePolicyKL bounds |ppo_kl| of an update's first mini-batch against the log-prob
+// stage's values for the same bfloat16 policy: 1e-6 where the CPU multiplies bfloat16
+// natively (AVX512-BF16 or AMX-BF16, the rule embedded.mk's DTYPE follows), 1e-4
+// elsewhere. Without those instructions libtorch's bfloat16 products round with the
+// pass's shapes, and the update's training pass and the stage's scoring pass batch
+// the same tokens differently: on a 2-core AMD EPYC with AVX2 only this test measured
+// -3.48e-5, the same before and after the scoring pass last changed. The bound still
+// asks for rounding only: a token scored at the wrong position or temperature moves
+// its log-prob by whole units, not by the bfloat16 products' last bits.
+func samePolicyKL() float64 {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil && regexp.MustCompile(`\b(avx512_bf16|amx_bf16)\b`).Match(info) {
+		return 1e-6
+	}
+	return 1e-4
+}
+
 // buildBinaries builds every binary into dir/bin, with a fixed code version.
 func buildBinaries(t *testing.T, dir string) string {
 	t.Helper()
@@ -152,8 +169,8 @@ func TestPipeline(t *testing.T) {
 		t.Fatalf("mempo-update --share-prefixes=false: %v\n%s", err, out)
 	}
 	shared, plain := firstStep(t, filepath.Join(iter, "policy")), firstStep(t, unshared)
-	if math.Abs(shared.PPOKL) > 1e-6 {
-		t.Errorf("mempo iter-1 update: ppo_kl %g on its first mini-batch, want |ppo_kl| <= 1e-6 (the log-prob stage's values)", shared.PPOKL)
+	if bound := samePolicyKL(); math.Abs(shared.PPOKL) > bound {
+		t.Errorf("mempo iter-1 update: ppo_kl %g on its first mini-batch, want |ppo_kl| <= %g (the log-prob stage's values)", shared.PPOKL, bound)
 	}
 	if d := math.Abs(shared.Entropy-plain.Entropy) / plain.Entropy; !(d <= 1e-5) {
 		t.Errorf("mempo iter-1 update: mean entropy %v with shared prefixes, %v without: %.3g relative, want <= 1e-5",
