@@ -49,13 +49,7 @@ func storeOf(kv *layerCache) kvStore {
 // f's fused projections when f is not nil.
 func (a *Attention) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch.Raw {
 	q, k, v := a.qkv(x, p, f)
-	keys, vals := k.Transpose(1, 2), v.Transpose(1, 2) // [b, kvHeads, t, headDim]
-	torch.Free(k, v)
-	if kv != nil {
-		ck, cv := kv.append(keys, vals)
-		torch.Free(keys, vals)
-		keys, vals = ck, cv
-	}
+	keys, vals := a.stored(k, v, kv)
 	o := a.attend(q, keys, vals, p)
 	torch.Free(q, keys, vals)
 	defer o.Free()
@@ -63,14 +57,24 @@ func (a *Attention) forward(x torch.Raw, p *pass, kv kvStore, f *fused) torch.Ra
 }
 
 // store appends x's keys and values to kv, computed as forward computes them
-// (bit for bit), without the queries or the attention.
+// without fused projections (bit for bit), and computes no queries or attention.
 func (a *Attention) store(x torch.Raw, p *pass, kv kvStore) {
-	k := a.project(a.K, x, a.kvHeads, p, true)
-	k.MulScalar_(a.scale())
-	v := a.project(a.V, x, a.kvHeads, p, false)
-	keys, vals := k.Transpose(1, 2), v.Transpose(1, 2)
-	ck, cv := kv.append(keys, vals)
-	torch.Free(k, v, keys, vals, ck, cv)
+	k, v := a.keyValue(x, p)
+	keys, vals := a.stored(k, v, kv)
+	torch.Free(keys, vals)
+}
+
+// stored takes k, v: [b, t, kvHeads, headDim], which it frees, to the keys and values
+// the queries attend over, [b, kvHeads, keys, headDim], which the caller frees: k and
+// v themselves, or all of kv's slots once they are appended there.
+func (a *Attention) stored(k, v torch.Raw, kv kvStore) (keys, vals torch.Raw) {
+	keys, vals = k.Transpose(1, 2), v.Transpose(1, 2)
+	torch.Free(k, v)
+	if kv == nil {
+		return keys, vals
+	}
+	defer torch.Free(keys, vals)
+	return kv.append(keys, vals)
 }
 
 // scale is what queries and keys are each multiplied by (see qkv).
@@ -86,9 +90,8 @@ func (a *Attention) qkv(x torch.Raw, p *pass, f *fused) (q, k, v torch.Raw) {
 	if f == nil {
 		q = a.project(a.Q, x, a.heads, p, true)
 		q.MulScalar_(scale) // rotate's last op, add_, saves nothing for backward
-		k = a.project(a.K, x, a.kvHeads, p, true)
-		k.MulScalar_(scale)
-		return q, k, a.project(a.V, x, a.kvHeads, p, false)
+		k, v = a.keyValue(x, p)
+		return q, k, v
 	}
 	y := x.Linear(f.qkv, f.qkvBias)
 	yv := y.View(p.b, p.t, a.heads+2*a.kvHeads, a.headDim)
@@ -99,6 +102,13 @@ func (a *Attention) qkv(x torch.Raw, p *pass, f *fused) (q, k, v torch.Raw) {
 	v = yv.Narrow(2, a.heads+a.kvHeads, a.kvHeads)
 	torch.Free(y, yv, qk, r)
 	return q, k, v
+}
+
+// keyValue is qkv's keys and values without fused projections.
+func (a *Attention) keyValue(x torch.Raw, p *pass) (k, v torch.Raw) {
+	k = a.project(a.K, x, a.kvHeads, p, true)
+	k.MulScalar_(a.scale())
+	return k, a.project(a.V, x, a.kvHeads, p, false)
 }
 
 // project applies l to x: [b, t, hidden] and returns heads of [b, t, heads, headDim],
