@@ -61,7 +61,8 @@ func (m *Model) checkTree(t Tree) error {
 // batched to cfg.TokenBudget (rows × longest trunk, in treeOrder; a trunk longer than
 // the budget gets a batch of its own), and so are the branch rows over each batch's trunks;
 // logits go through the chunked selective log-softmax of LogProbs, so [tokens, vocab]
-// never exists.
+// never exists. A branch that repeats an earlier one, the same tokens after the same
+// trunk prefix, is scored once.
 func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32, err error) {
 	cfg = cfg.withDefaults()
 	for i, t := range trees {
@@ -73,28 +74,41 @@ func (m *Model) BranchLogProbs(trees []Tree, cfg ScoreConfig) (out [][][]float32
 	return out, err
 }
 
-// branchLogProbs is BranchLogProbs on the torch thread.
+// branchLogProbs is BranchLogProbs on the torch thread. A branch that repeats an
+// earlier one is scored once (distinctTrees) and its log-probs copied.
 func (m *Model) branchLogProbs(trees []Tree, cfg ScoreConfig) ([][][]float32, error) {
-	out := make([][][]float32, len(trees))
-	trunk := func(i int) int { return len(trees[i].Trunk) }
-	for _, batch := range SplitBudget(treeOrder(trees), trunk, cfg.TokenBudget) {
+	uniq, orig, same := distinctTrees(trees)
+	lps := make([][][]float32, len(uniq))
+	trunk := func(i int) int { return len(uniq[i].Trunk) }
+	for _, batch := range SplitBudget(treeOrder(uniq), trunk, cfg.TokenBudget) {
 		sub := make([]Tree, len(batch))
 		for j, i := range batch {
-			sub[j] = trees[i]
+			sub[j] = uniq[i]
 		}
 		vals, err := m.branchBatch(sub, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("branch scores: batch of trees %v: %w", batch, err)
+			in := make([]int, len(batch))
+			for j, i := range batch {
+				in[j] = orig[i]
+			}
+			return nil, fmt.Errorf("branch scores: batch of trees %v: %w", in, err)
 		}
 		off := 0
 		for _, i := range batch {
-			t := trees[i]
-			out[i] = make([][]float32, len(t.Branches))
+			t := uniq[i]
+			lps[i] = make([][]float32, len(t.Branches))
 			for b, br := range t.Branches {
 				n := len(br.IDs) - br.From
-				out[i][b] = vals[off : off+n : off+n]
+				lps[i][b] = vals[off : off+n : off+n]
 				off += n
 			}
+		}
+	}
+	out := make([][][]float32, len(trees))
+	for i, refs := range same {
+		out[i] = make([][]float32, len(refs))
+		for b, r := range refs {
+			out[i][b] = slices.Clone(lps[r.tree][r.branch])
 		}
 	}
 	return out, nil

@@ -38,7 +38,7 @@ func TestBranchBatches(t *testing.T) {
 // masked keys contribute exact zeros, only the GEMM shapes differ. Four trunks share a
 // 12-token root (one of them is the root alone, so it continues nothing) and the others
 // share nothing, so batches mix trunks that continue a shared root with trunks that run
-// whole, and branches start inside and beyond the root.
+// whole, and branches start inside and beyond the root. Some branches repeat others.
 func TestBranchLogProbsMatchPairs(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -58,6 +58,12 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 		}
 		trees = append(trees, tr)
 	}
+	// Repeats, scored once (distinctTrees): tree 8 continues tree 5's trunk and repeats
+	// its branches, and tree 2 repeats its first branch.
+	rep := Tree{Trunk: slices.Concat(trees[5].Trunk, randomTokens(rng, 4, 97)), Branches: slices.Clone(trees[5].Branches)}
+	rep.Branches = append(rep.Branches, Branch{Prefix: len(rep.Trunk), IDs: randomTokens(rng, 3, 97), From: 1})
+	trees = append(trees, rep)
+	trees[2].Branches = append(trees[2].Branches, trees[2].Branches[0])
 	if runs, shared := prefixRuns([][]int64{trees[4].Trunk, trees[5].Trunk, trees[6].Trunk, trees[7].Trunk}); len(runs) != 1 || shared[0] != 12 {
 		t.Fatalf("prefixRuns of the rooted trunks = %v sharing %v, want one run sharing the 12-token root", runs, shared)
 	}
@@ -162,5 +168,41 @@ func TestBranchLogProbsErrors(t *testing.T) {
 				t.Errorf("BranchLogProbs() = %v, want an error naming tree 1 and %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestDistinctTrees checks what the tree pass computes when branches repeat: a branch
+// with the tokens and From of an earlier one after the same trunk prefix, in its tree
+// or another, is scored by that one; the same tokens after another prefix are not a
+// repeat; a trunk is cut after its last kept branch's prefix, and a tree with nothing
+// left to score is dropped.
+func TestDistinctTrees(t *testing.T) {
+	a, b := []int64{1, 2}, []int64{3, 4}
+	trees := []Tree{
+		{Trunk: []int64{5, 6, 7, 8}, Branches: []Branch{{Prefix: 2, IDs: a, From: 1}, {Prefix: 3, IDs: a}, {Prefix: 2, IDs: a, From: 1}}},
+		{Trunk: []int64{5, 6, 9, 9, 9}, Branches: []Branch{{Prefix: 2, IDs: a, From: 1}, {Prefix: 3, IDs: a}}},
+		{Trunk: []int64{5, 6, 7}, Branches: []Branch{{Prefix: 3, IDs: a}, {Prefix: 2, IDs: a, From: 1}}},
+		{Trunk: []int64{5, 6, 7}, Branches: []Branch{{Prefix: 2, IDs: a, From: 0}, {Prefix: 3, IDs: b}}},
+	}
+	out, orig, same := distinctTrees(trees)
+	want := []Tree{
+		{Trunk: []int64{5, 6, 7}, Branches: []Branch{{Prefix: 2, IDs: a, From: 1}, {Prefix: 3, IDs: a}}},
+		{Trunk: []int64{5, 6, 9}, Branches: []Branch{{Prefix: 3, IDs: a}}},
+		{Trunk: []int64{5, 6, 7}, Branches: []Branch{{Prefix: 2, IDs: a, From: 0}, {Prefix: 3, IDs: b}}},
+	}
+	equal := func(x, y Tree) bool {
+		return slices.Equal(x.Trunk, y.Trunk) && slices.EqualFunc(x.Branches, y.Branches, func(p, q Branch) bool {
+			return p.Prefix == q.Prefix && p.From == q.From && slices.Equal(p.IDs, q.IDs)
+		})
+	}
+	if !slices.EqualFunc(out, want, equal) {
+		t.Errorf("distinct trees = %v, want %v", out, want)
+	}
+	if w := []int{0, 1, 3}; !slices.Equal(orig, w) {
+		t.Errorf("orig = %v, want %v", orig, w)
+	}
+	wantSame := [][]branchRef{{{0, 0}, {0, 1}, {0, 0}}, {{0, 0}, {1, 0}}, {{0, 1}, {0, 0}}, {{2, 0}, {2, 1}}}
+	if !slices.EqualFunc(same, wantSame, slices.Equal) {
+		t.Errorf("same = %v, want %v", same, wantSame)
 	}
 }
