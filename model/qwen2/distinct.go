@@ -62,14 +62,46 @@ func distinctTrees(trees []Tree) (out []Tree, orig []int, same [][]branchRef) {
 
 // branchHash hashes a branch with the trunk prefix it continues.
 func branchHash(seed maphash.Seed, prefix []int64, b Branch) uint64 {
-	buf := make([]byte, 0, 8*(len(prefix)+len(b.IDs)+2))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(prefix)))
-	for _, v := range prefix {
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
-	}
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(b.From))
-	for _, v := range b.IDs {
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+	return hashTokens(seed, prefix, []int64{int64(b.From)}, b.IDs)
+}
+
+// pairHash hashes a pair.
+func pairHash(seed maphash.Seed, p Pair) uint64 {
+	return hashTokens(seed, p.Context, p.Response)
+}
+
+// hashTokens hashes token sequences, each after its length.
+func hashTokens(seed maphash.Seed, seqs ...[]int64) uint64 {
+	var buf []byte
+	for _, s := range seqs {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(s)))
+		for _, v := range s {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+		}
 	}
 	return maphash.Bytes(seed, buf)
+}
+
+// repeats maps each pair to the first pair with the same context and response
+// (itself when none precedes it). A tree pass computes a repeated pair once, and
+// its scores' gradients sum over the copies (treeSplit, treePack.score): a GRPO
+// group's samples often take the same turn word for word.
+func repeats(pairs []Pair) []int {
+	seed := maphash.MakeSeed()
+	seen := map[uint64][]int{}
+	rep := make([]int, len(pairs))
+	for i, p := range pairs {
+		rep[i] = i
+		h := pairHash(seed, p)
+		for _, j := range seen[h] {
+			if slices.Equal(pairs[j].Context, p.Context) && slices.Equal(pairs[j].Response, p.Response) {
+				rep[i] = j
+				break
+			}
+		}
+		if rep[i] == i {
+			seen[h] = append(seen[h], i)
+		}
+	}
+	return rep
 }

@@ -21,8 +21,9 @@ import (
 // token once instead of once per pair. With cfg.ShareScored the pairs group over
 // their whole sequences, and a trunk position that predicts a scored token is scored
 // once, its log-prob gathered for every pair that reads it. The values and gradients
-// agree with LogProbTensor's to float rounding; only the GEMM shapes differ. Without a
-// prefix shared by two pairs it is LogProbTensor.
+// agree with LogProbTensor's to float rounding; only the GEMM shapes differ. A pair
+// that repeats an earlier one word for word is computed once, its scores read by both.
+// Without a prefix shared by two pairs it is LogProbTensor.
 func (m *Model) TreeLogProbTensor(pairs []Pair, cfg ScoreConfig) (lp, ent *ts.Tensor, err error) {
 	cfg = cfg.withDefaults()
 	for i, p := range pairs {
@@ -173,8 +174,9 @@ func (p Pair) tokens() []int64 { return slices.Concat(p.Context, p.Response) }
 func treeSplit(pairs []Pair, whole bool) (trunks [][]int64, branches []sharedBranch) {
 	var seqs [][]int64
 	var scored []int
+	rep := repeats(pairs)
 	for i, p := range pairs {
-		if len(p.Response) > 0 {
+		if len(p.Response) > 0 && rep[i] == i {
 			s := p.Context
 			if whole {
 				s = p.tokens()
@@ -256,6 +258,9 @@ func (tp *treePack) score(pairs []Pair, branches []sharedBranch) {
 	}
 	for i, b := range branches {
 		of[b.pair] = i
+	}
+	for i, r := range repeats(pairs) { // a repeated pair reads its first copy's scores
+		of[i] = of[r]
 	}
 	type scored struct {
 		trunk      bool

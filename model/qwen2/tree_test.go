@@ -11,7 +11,8 @@ import (
 
 // treeCases are pairs as an update's micro-batch holds them: groups sharing a prompt,
 // turns whose context extends an earlier turn's, a context that is another's prefix,
-// identical contexts, a lone pair, and pairs without a response.
+// identical contexts, a pair repeated word for word, a lone pair, and pairs without a
+// response.
 func treeCases(rng *rand.Rand, vocab int) []Pair {
 	var pairs []Pair
 	for range 3 {
@@ -25,6 +26,8 @@ func treeCases(rng *rand.Rand, vocab int) []Pair {
 			pairs = append(pairs, Pair{Context: ctx, Response: randomTokens(rng, 1+rng.IntN(6), vocab)})
 			prev = ctx
 		}
+		again := pairs[len(pairs)-2] // a turn two samples took word for word
+		pairs = append(pairs, Pair{Context: slices.Clone(again.Context), Response: slices.Clone(again.Response)})
 		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 3, vocab)})
 		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 2, vocab)})
 		pairs = append(pairs, Pair{Context: slices.Concat(prompt, []int64{1}), Response: nil})
@@ -166,6 +169,9 @@ func TestTreeSlots(t *testing.T) {
 	}
 	if got := TreeSlots(shared); got >= rows*width {
 		t.Errorf("shared prompt: %d slots, not fewer than the flat pass's %d", got, rows*width)
+	}
+	if got := TreeSlots(append(shared, shared[3])); got != 40+8*6 {
+		t.Errorf("a repeated pair: %d slots, want %d (computed once)", got, 40+8*6)
 	}
 	if got := TreeSlots(lone); got != 8*6 {
 		t.Errorf("nothing shared: %d slots, want %d", got, 8*6)
