@@ -1,11 +1,13 @@
 package logprob
 
 import (
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -83,7 +85,9 @@ func BenchmarkLogprobPasses(b *testing.B) {
 // the head over the old pass's response tokens weighs much, and with two layers the
 // trunks' last layer, which computes only keys and values, is half their work. It
 // runs under glibc's malloc defaults, not the stage's torch.BoundHeap (see
-// BenchmarkOldPass). It skips when the variable is unset.
+// BenchmarkOldPass). It skips when the variable is unset. MEMPO_BENCH_LAYERS gives the
+// 0.5B-shaped model another depth (24 is Qwen2.5-0.5B's), and MEMPO_BENCH_QUESTIONS keeps
+// the rollouts of the first that many questions, so a deep model's run takes minutes.
 func BenchmarkLogprobPassesRun(b *testing.B) {
 	run := os.Getenv("MEMPO_BENCH_RUN")
 	if run == "" {
@@ -115,13 +119,15 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rows = firstQuestions(b, rows, envInt(b, "MEMPO_BENCH_QUESTIONS", 0))
+	layers := envInt(b, "MEMPO_BENCH_LAYERS", 2)
 	b.Run("model=sft", func(b *testing.B) { benchPasses(b, s.policy, s.policy, rows, s.targets, true) })
-	b.Run("model=0.5b-shape-2l", func(b *testing.B) {
+	b.Run(fmt.Sprintf("model=0.5b-shape-%dl", layers), func(b *testing.B) {
 		c, err := qwen2.Preset("qwen2.5-0.5b-shape", 0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.NumLayers, c.MaxWindowLayers = 2, 2
+		c.NumLayers, c.MaxWindowLayers = layers, layers
 		m, err := qwen2.New(c, qwen2.Options{DType: qwen2.DTypeName(s.policy.DType())})
 		if err != nil {
 			b.Fatal(err)
@@ -132,6 +138,40 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 		}
 		benchPasses(b, m, m, rows, s.targets, false)
 	})
+}
+
+// envInt is the integer in environment variable name, def when it is unset.
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a count", name, v)
+	}
+	return n
+}
+
+// firstQuestions is the rows of the first n questions (uids in row order); n = 0
+// keeps them all.
+func firstQuestions(b *testing.B, rows []format.Rollout, n int) []format.Rollout {
+	if n == 0 {
+		return rows
+	}
+	seen := map[string]bool{}
+	var out []format.Rollout
+	for _, r := range rows {
+		if !seen[r.UID] && len(seen) == n {
+			continue
+		}
+		seen[r.UID] = true
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		b.Fatal("no rollouts")
+	}
+	return out
 }
 
 // benchPasses times the passes over rows, interleaved, the one-sequence-per-probability
