@@ -96,7 +96,7 @@ func TreeShape(pairs []Pair, shareScored bool) (lengths []int, keys int) {
 // treeLengths is the lengths of the tree pass's trunks and branches, and each
 // branch's trunk.
 func treeLengths(pairs []Pair, whole bool) (trunk, branch, group []int) {
-	trunks, branches := treeSplit(pairs, whole)
+	trunks, branches := treeSplit(pairs, repeats(pairs), whole)
 	for _, t := range trunks {
 		trunk = append(trunk, len(t))
 	}
@@ -170,11 +170,11 @@ func (p Pair) tokens() []int64 { return slices.Concat(p.Context, p.Response) }
 // trunk stops one token short of the shortest sequence it groups, so every branch
 // holds a token: grouped by context, every scored token is predicted in a branch; by
 // whole sequences, a trunk covers the scored tokens its pairs share too (SFT's
-// context loss scores the system prompt every turn shares).
-func treeSplit(pairs []Pair, whole bool) (trunks [][]int64, branches []sharedBranch) {
+// context loss scores the system prompt every turn shares). A pair that repeats an
+// earlier one (rep, see repeats) gets no branch of its own.
+func treeSplit(pairs []Pair, rep []int, whole bool) (trunks [][]int64, branches []sharedBranch) {
 	var seqs [][]int64
 	var scored []int
-	rep := repeats(pairs)
 	for i, p := range pairs {
 		if len(p.Response) > 0 && rep[i] == i {
 			s := p.Context
@@ -207,7 +207,8 @@ func treeSplit(pairs []Pair, whole bool) (trunks [][]int64, branches []sharedBra
 
 // packTrees lays the tree pass out; ok is false when no two pairs share a trunk.
 func packTrees(pairs []Pair, whole bool) (tp treePack, ok bool) {
-	trunks, branches := treeSplit(pairs, whole)
+	rep := repeats(pairs)
+	trunks, branches := treeSplit(pairs, rep, whole)
 	if len(trunks) == 0 {
 		return treePack{}, false
 	}
@@ -244,14 +245,15 @@ func packTrees(pairs []Pair, whole bool) (tp treePack, ok bool) {
 			tp.branch.pos[tp.branch.slot[i]+j] += int64(b.shared)
 		}
 	}
-	tp.score(pairs, branches)
+	tp.score(pairs, rep, branches)
 	return tp, true
 }
 
 // score sets where each response token is predicted, in pair order as LogProbTensor
 // returns them: token q of a sequence is predicted at position q-1, in its trunk's
-// row when that position is in the trunk, else in its branch.
-func (tp *treePack) score(pairs []Pair, branches []sharedBranch) {
+// row when that position is in the trunk, else in its branch. A repeated pair (rep)
+// reads its first copy's scores.
+func (tp *treePack) score(pairs []Pair, rep []int, branches []sharedBranch) {
 	of := make([]int, len(pairs)) // the pair's branch, -1 for none
 	for i := range of {
 		of[i] = -1
@@ -259,7 +261,7 @@ func (tp *treePack) score(pairs []Pair, branches []sharedBranch) {
 	for i, b := range branches {
 		of[b.pair] = i
 	}
-	for i, r := range repeats(pairs) { // a repeated pair reads its first copy's scores
+	for i, r := range rep {
 		of[i] = of[r]
 	}
 	type scored struct {
