@@ -111,8 +111,10 @@ func promptRows() [][]format.Prompt {
 // genRollouts samples mempo-style trajectories with m at temperature 1: turn t sees
 // the prompt, the previous memory span and the previous observation, and the first
 // three response tokens play the memory span on two turns out of three. Each question
-// is one shard; every trajectory has turns turns.
-func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string, samples, turns int) [][]format.Rollout {
+// is one shard; every trajectory has turns turns. With twin, the last sample draws with
+// the first's seeds and memory spans, so it writes the first's trajectory word for word,
+// as samples of a confident policy do.
+func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string, samples, turns int, twin bool) [][]format.Rollout {
 	t.Helper()
 	obsText := "<information>Doc 1(Title: Tower) The tower stands in paris.</information>"
 	obs := tok.Encode(obsText)
@@ -126,8 +128,14 @@ func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string
 		}
 		for turn := range turns {
 			reqs := make([]qwen2.Request, samples)
+			src := func(s int) int { // the sample whose seeds and spans s takes
+				if twin && s == samples-1 {
+					return 0
+				}
+				return s
+			}
 			for s := range reqs {
-				reqs[s] = qwen2.Request{Prompt: qwen2.Tokens(ctx[s]), Seed: uint64(1000*qi + 10*s + turn)}
+				reqs[s] = qwen2.Request{Prompt: qwen2.Tokens(ctx[s]), Seed: uint64(1000*qi + 10*src(s) + turn)}
 			}
 			gen, err := m.Generate(reqs, sample.Config{Temperature: 1, MaxNewTokens: 8})
 			if err != nil {
@@ -137,7 +145,7 @@ func genRollouts(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, digest string
 				resp := narrow(c.Tokens)
 				r := format.Rollout{UID: q.uid, Sample: int32(s), Turn: int32(turn), PromptIDs: ctx[s],
 					ResponseIDs: resp, SamplingLogprobs: c.LogProbs, Observation: obsText, ObservationIDs: obs, PolicyDigest: digest}
-				if (turn+s)%3 != 2 {
+				if (turn+src(s))%3 != 2 {
 					r.MemStart, r.MemEnd = 0, int32(min(3, len(resp)))
 				}
 				rows[s] = append(rows[s], r)
@@ -164,6 +172,13 @@ type fixture struct {
 // policy's own directory unless the test changes in.Ref.
 func newFixture(t testing.TB, samples, turns int) *fixture {
 	t.Helper()
+	return fixtureOf(t, samples, turns, false)
+}
+
+// fixtureOf is newFixture, whose last sample, with twin, repeats the first's
+// trajectory (see genRollouts).
+func fixtureOf(t testing.TB, samples, turns int, twin bool) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	tok := newTokenizer(t)
 	m := newModel(t, tok, 7, nil)
@@ -172,7 +187,7 @@ func newFixture(t testing.TB, samples, turns int) *fixture {
 	f.in.Policy = filepath.Join(dir, "policy")
 	f.digest = save(t, m, tok, f.in.Policy)
 	f.in.Ref = f.in.Policy
-	f.rolls = genRollouts(t, m, tok, f.digest, samples, turns)
+	f.rolls = genRollouts(t, m, tok, f.digest, samples, turns, twin)
 	f.writeInputs(t)
 	return f
 }

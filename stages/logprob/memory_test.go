@@ -180,8 +180,41 @@ func TestPlanMemoryOneTreePerGroup(t *testing.T) {
 // trajectory) and P_mem (one forward per shared prompt) with separate forwards per
 // turn. Tolerance 1e-5 absolute on probabilities: masked keys add exact zeros, only the
 // GEMM shapes differ between the two.
+//
+// With a twin, the generator's last sample repeats the first's trajectory word for
+// word, so the passes score those turns once (repeats) and copy them: every row still
+// gets its own turn's values, and the twin's equal its original's.
 func TestMemoryPassMatchesSeparate(t *testing.T) {
-	f := newFixture(t, 3, 4)
+	t.Run("distinct", func(t *testing.T) { memoryMatchesSeparate(t, fixtureOf(t, 3, 4, false)) })
+	t.Run("twin", func(t *testing.T) {
+		f := fixtureOf(t, 3, 4, true)
+		for _, shard := range f.rolls {
+			first, twin := shard[:4], shard[8:]
+			for i := range first {
+				if !slices.Equal(first[i].ResponseIDs, twin[i].ResponseIDs) || first[i].MemEnd != twin[i].MemEnd {
+					t.Fatalf("%s turn %d: the twin sample wrote %v (memory to %d), the first %v (to %d)", first[i].UID, i,
+						twin[i].ResponseIDs, twin[i].MemEnd, first[i].ResponseIDs, first[i].MemEnd)
+				}
+			}
+		}
+		got := memoryMatchesSeparate(t, f)
+		for i := range got {
+			if got[i].Sample != 2 {
+				continue
+			}
+			orig := got[i-8] // sample 0's row of the same turn (shards hold 3 samples × 4 turns)
+			same := func(a, b *float32) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+			if orig.Sample != 0 || orig.Turn != got[i].Turn || !slices.Equal(got[i].OldLogprobs, orig.OldLogprobs) ||
+				!same(got[i].PMem, orig.PMem) || !same(got[i].PFull, orig.PFull) {
+				t.Errorf("%s: the twin's scores differ from its original's (%s)", key(got[i]), key(orig))
+			}
+		}
+	})
+}
+
+// memoryMatchesSeparate runs the stage on f and checks its P_mem and P_full against
+// separate forwards; it returns the rows the stage wrote.
+func memoryMatchesSeparate(t *testing.T, f *fixture) []format.Logprob {
 	_, got := f.run(t, testConfig(), "logprobs", jobs.Spec{})
 	m := loadModel(t, f.in.Policy)
 	rows := slices.Concat(f.rolls...)
@@ -209,6 +242,7 @@ func TestMemoryPassMatchesSeparate(t *testing.T) {
 	if memories < 10 {
 		t.Fatalf("fixture has %d memory turns, want at least 10 to compare", memories)
 	}
+	return got
 }
 
 // TestMemoryHoldsAnswer trains the tiny model a few Adam steps to answer with the word
