@@ -1,6 +1,7 @@
 package update
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -43,11 +44,49 @@ func groupTurns(rng *rand.Rand, groups, samples int) []turn {
 	return out
 }
 
+// withTwins replaces each group's last sample with its first sample's turns word for
+// word, as a confident policy's samples repeat each other, advantages included (the
+// same trajectory earns the same rewards): a tree pass computes such a pair once, and
+// its gradient must count both copies.
+func withTwins(turns []turn) []turn {
+	last := map[string]int32{}
+	for _, tr := range turns {
+		last[tr.uid] = max(last[tr.uid], tr.sample)
+	}
+	var out []turn
+	for _, tr := range turns {
+		if tr.sample != last[tr.uid] {
+			out = append(out, tr)
+		}
+	}
+	for _, tr := range turns {
+		if tr.sample == 0 && last[tr.uid] > 0 {
+			twin := tr
+			twin.sample = last[tr.uid]
+			out = append(out, twin)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b turn) int {
+		return cmp.Or(cmp.Compare(a.uid, b.uid), cmp.Compare(a.sample, b.sample), cmp.Compare(a.turn, b.turn))
+	})
+	return out
+}
+
 // TestSharePrefixes: an update whose micro-batches run as tree passes over the
 // samples' shared prefixes writes the weights the unshared update writes, to float32
-// rounding, under another cache key, with one pass per mini-batch and with several.
+// rounding, under another cache key, with one pass per mini-batch and with several,
+// and with samples that repeat another word for word (twin).
 func TestSharePrefixes(t *testing.T) {
-	f := newFixture(t, groupTurns(rand.New(rand.NewPCG(5, 6)), 3, 4))
+	t.Run("distinct", func(t *testing.T) {
+		sharePrefixesMatch(t, groupTurns(rand.New(rand.NewPCG(5, 6)), 3, 4))
+	})
+	t.Run("twin", func(t *testing.T) {
+		sharePrefixesMatch(t, withTwins(groupTurns(rand.New(rand.NewPCG(5, 6)), 3, 4)))
+	})
+}
+
+func sharePrefixesMatch(t *testing.T, turns []turn) {
+	f := newFixture(t, turns)
 	for _, budget := range []int{0, 96} {
 		cfg := testConfig()
 		cfg.MicroTokenBudget = budget
