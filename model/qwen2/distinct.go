@@ -21,53 +21,68 @@ type branchRef struct{ tree, branch int }
 // those turns are the same numbers. On the demo's first MemPO iteration half of its
 // branches' tokens are repeats, and an eighth of the old pass's.
 func distinctTrees(trees []Tree) (out []Tree, orig []int, same [][]branchRef) {
-	seed := maphash.MakeSeed()
-	seen := map[uint64][]branchRef{} // hash → the kept branches with it
+	var refs []branchRef // every branch, tree by tree
+	for i, t := range trees {
+		for b := range t.Branches {
+			refs = append(refs, branchRef{i, b})
+		}
+	}
+	at := func(k int) ([]int64, Branch) {
+		t := trees[refs[k].tree]
+		b := t.Branches[refs[k].branch]
+		return t.Trunk[:b.Prefix], b
+	}
+	first := firstCopies(len(refs), func(seed maphash.Seed, k int) uint64 {
+		prefix, b := at(k)
+		return hashTokens(seed, prefix, []int64{int64(b.From)}, b.IDs)
+	}, func(j, k int) bool {
+		pj, bj := at(j)
+		pk, bk := at(k)
+		return bj.From == bk.From && slices.Equal(bj.IDs, bk.IDs) && slices.Equal(pj, pk)
+	})
+	kept := make([]branchRef, len(refs)) // where a first copy lands in out
 	same = make([][]branchRef, len(trees))
+	k := 0
 	for i, t := range trees {
 		same[i] = make([]branchRef, len(t.Branches))
-		kept := Tree{Trunk: t.Trunk}
-		last := 0
+		tree, last := Tree{}, 0
 		for b, br := range t.Branches {
-			h := branchHash(seed, t.Trunk[:br.Prefix], br)
-			ref, found := branchRef{}, false
-			for _, r := range seen[h] {
-				kt := kept
-				if r.tree < len(out) {
-					kt = out[r.tree]
-				}
-				kb := kt.Branches[r.branch]
-				if kb.Prefix == br.Prefix && kb.From == br.From && slices.Equal(kb.IDs, br.IDs) &&
-					slices.Equal(kt.Trunk[:kb.Prefix], t.Trunk[:br.Prefix]) {
-					ref, found = r, true
-					break
-				}
-			}
-			if !found {
-				ref = branchRef{tree: len(out), branch: len(kept.Branches)}
-				seen[h] = append(seen[h], ref)
-				kept.Branches = append(kept.Branches, br)
+			if first[k] == k {
+				kept[k] = branchRef{tree: len(out), branch: len(tree.Branches)}
+				tree.Branches = append(tree.Branches, br)
 				last = max(last, br.Prefix)
 			}
-			same[i][b] = ref
+			same[i][b] = kept[first[k]]
+			k++
 		}
-		if len(kept.Branches) == 0 {
-			continue
+		if len(tree.Branches) > 0 {
+			tree.Trunk = t.Trunk[:last:last]
+			out, orig = append(out, tree), append(orig, i)
 		}
-		kept.Trunk = t.Trunk[:last:last]
-		out, orig = append(out, kept), append(orig, i)
 	}
 	return out, orig, same
 }
 
-// branchHash hashes a branch with the trunk prefix it continues.
-func branchHash(seed maphash.Seed, prefix []int64, b Branch) uint64 {
-	return hashTokens(seed, prefix, []int64{int64(b.From)}, b.IDs)
-}
-
-// pairHash hashes a pair.
-func pairHash(seed maphash.Seed, p Pair) uint64 {
-	return hashTokens(seed, p.Context, p.Response)
+// firstCopies maps each of n items to the first item equal to it (itself when none
+// precedes it), bucketing the items by hash and comparing within a bucket.
+func firstCopies(n int, hash func(seed maphash.Seed, i int) uint64, equal func(i, j int) bool) []int {
+	seed := maphash.MakeSeed()
+	seen := map[uint64][]int{} // hash → the first copies with it
+	first := make([]int, n)
+	for i := range first {
+		first[i] = i
+		h := hash(seed, i)
+		for _, j := range seen[h] {
+			if equal(j, i) {
+				first[i] = j
+				break
+			}
+		}
+		if first[i] == i {
+			seen[h] = append(seen[h], i)
+		}
+	}
+	return first
 }
 
 // hashTokens hashes token sequences, each after its length.
@@ -87,21 +102,9 @@ func hashTokens(seed maphash.Seed, seqs ...[]int64) uint64 {
 // its scores' gradients sum over the copies (treeSplit, treePack.score): a GRPO
 // group's samples often take the same turn word for word.
 func repeats(pairs []Pair) []int {
-	seed := maphash.MakeSeed()
-	seen := map[uint64][]int{}
-	rep := make([]int, len(pairs))
-	for i, p := range pairs {
-		rep[i] = i
-		h := pairHash(seed, p)
-		for _, j := range seen[h] {
-			if slices.Equal(pairs[j].Context, p.Context) && slices.Equal(pairs[j].Response, p.Response) {
-				rep[i] = j
-				break
-			}
-		}
-		if rep[i] == i {
-			seen[h] = append(seen[h], i)
-		}
-	}
-	return rep
+	return firstCopies(len(pairs), func(seed maphash.Seed, i int) uint64 {
+		return hashTokens(seed, pairs[i].Context, pairs[i].Response)
+	}, func(i, j int) bool {
+		return slices.Equal(pairs[i].Context, pairs[j].Context) && slices.Equal(pairs[i].Response, pairs[j].Response)
+	})
 }
