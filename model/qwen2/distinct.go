@@ -63,6 +63,21 @@ func distinctTrees(trees []Tree) (out []Tree, orig []int, same [][]branchRef) {
 	return out, orig, same
 }
 
+// BranchTokens is the trunk and branch tokens BranchLogProbs computes for trees:
+// a repeated branch once, each trunk up to the last prefix its distinct branches read
+// (see distinctTrees), a root that trunks of one batch share counted for each.
+func BranchTokens(trees []Tree) int {
+	kept, _, _ := distinctTrees(trees)
+	n := 0
+	for _, t := range kept {
+		n += len(t.Trunk)
+		for _, b := range t.Branches {
+			n += len(b.IDs)
+		}
+	}
+	return n
+}
+
 // firstCopies maps each of n items to the first item equal to it (itself when none
 // precedes it), bucketing the items by hash and comparing within a bucket.
 func firstCopies(n int, hash func(seed maphash.Seed, i int) uint64, equal func(i, j int) bool) []int {

@@ -205,4 +205,7 @@ func TestDistinctTrees(t *testing.T) {
 	if !slices.EqualFunc(same, wantSame, slices.Equal) {
 		t.Errorf("same = %v, want %v", same, wantSame)
 	}
+	if got, w := BranchTokens(trees), 3+2+2+3+2+3+2+2; got != w {
+		t.Errorf("BranchTokens = %d, want %d (the distinct trees' trunks and branches)", got, w)
+	}
 }

@@ -177,9 +177,9 @@ func firstQuestions(b *testing.B, rows []format.Rollout, n int) []format.Rollout
 // benchPasses times the passes over rows, interleaved, the one-sequence-per-probability
 // pass only when separate is set. Every rate counts the same tokens (prompt + response
 // of every turn), so the rates compare as inverse times; mem/old is the cost ratio
-// DESIGN.md §10 bounds by 1. memtok/oldtok is the ratio of the tokens the two passes'
-// trees hold (trunks and branches, a trunk root several trees of one batch share
-// counted for each): the memory pass's cost in old passes were every token to cost
+// DESIGN.md §10 bounds by 1. memtok/oldtok is the ratio of the tokens the two passes
+// compute (qwen2.BranchTokens: repeated branches once, a trunk root several trees of
+// one batch share counted for each): the memory pass's cost in old passes were every token to cost
 // the same. Each time is the fastest of the b.N runs of that pass: the minimum drops
 // the time other processes took from a shared machine.
 func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, targets map[string]target, separate bool) {
@@ -247,19 +247,7 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 		b.Fatal(err)
 	}
 	oldTrees, _ := qwen2.PrefixTrees(pairs)
-	b.ReportMetric(float64(treeTokens(slices.Concat(plan.full, plan.mem)))/float64(treeTokens(oldTrees)), "memtok/oldtok")
-}
-
-// treeTokens is the tokens of trees' trunks and branches.
-func treeTokens(trees []qwen2.Tree) int {
-	n := 0
-	for _, t := range trees {
-		n += len(t.Trunk)
-		for _, br := range t.Branches {
-			n += len(br.IDs)
-		}
-	}
-	return n
+	b.ReportMetric(float64(qwen2.BranchTokens(slices.Concat(plan.full, plan.mem)))/float64(qwen2.BranchTokens(oldTrees)), "memtok/oldtok")
 }
 
 // BenchmarkOldPass is the old-log-prob pass as the stage runs it (DefaultConfig's token
