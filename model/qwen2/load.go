@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/fnv"
 	"io"
 	"maps"
@@ -225,11 +224,11 @@ func (m *Model) ignoredKey(key string) bool {
 // download) has nothing to verify against and loads as it is.
 //
 // Cost, measured with BenchmarkLoadVerify (a 343 MB float32 model read from the page
-// cache) on this project's 2-core AMD EPYC, shared and loaded: sha256 alone ran at
-// 0.34 GB/s (0.68 GB/s on a 64 MB buffer in memory), a load at 0.23 GB/s unverified
-// and 0.29 GB/s verified. Hashing one pass of ~1 GB of weights costs 1.5–3 s of CPU
-// against a load of 3.5–4.5 s, and the load measured no slower with it: it reads
-// each file once, in order, instead of by ReadAt per tensor.
+// cache) on this project's 2-core AMD EPYC with SHA instructions, alternating runs:
+// sha256 alone runs at 1.2–1.3 GB/s and an unverified load at 1.7–2.0 GB/s. Hashed in
+// line with the reads, a verified load ran at 0.81–0.85 GB/s; hashed in a goroutine
+// beside them (readFile), at 1.04–1.24 GB/s, about the hash's own rate. It reads each
+// file once, in order, instead of by ReadAt per tensor.
 func Load(dir string, opt Options) (m *Model, err error) {
 	rec, err := jobs.OpenCommit(dir)
 	if err == nil && rec != nil {
@@ -308,38 +307,44 @@ func (m *Model) read(set *safetensors.Set, dir string, rec *jobs.Commit) (err er
 }
 
 // readFile reads the weights ws of one safetensors file in offset order, passing every
-// byte of the file (header and gaps included) through sha256 when rec is set.
-func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit) error {
+// byte of the file (header and gaps included) through sha256 when rec is set. The
+// hash runs beside the reads (hashPipe), on bytes already in place: a verified load
+// costs about what the slower of the two does alone.
+func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit) (err error) {
 	slices.SortFunc(ws, func(a, b placed) int { return cmp.Compare(a.info.Offset, b.info.Offset) })
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
-	var sum hash.Hash
-	var r io.Reader = f
+	var sum *hashPipe
 	if rec != nil {
-		sum = sha256.New()
-		r = io.TeeReader(f, sum)
+		sum = newHashPipe()
+		// The pipe reads the weights' memory: it must be done before a caller drops them.
+		defer func() {
+			if digest := sum.close(); err == nil {
+				err = matchFile(rec, dir, path, digest, sum.n)
+			}
+		}()
 	}
 	var pos int64
 	for _, w := range ws {
 		if w.info.Offset < pos {
 			return fmt.Errorf("%s: tensor %q at offset %d overlaps the previous one, which ends at %d: %w", path, w.key, w.info.Offset, pos, ErrCheckpoint)
 		}
-		if _, err := io.CopyN(io.Discard, r, w.info.Offset-pos); err != nil {
+		if err := skip(f, w.info.Offset-pos, sum); err != nil {
 			return fmt.Errorf("read %s: before %q: %w", path, w.key, err)
 		}
 		fdt, _ := torch.FromSafetensors(w.info.DType) // checked by read
-		want := w.t.MustSize()
 		var err error
 		if fdt == m.dtype && m.device == gotch.CPU {
-			_, err = io.ReadFull(r, torch.Of(w.t).Bytes())
+			err = readInto(f, torch.Of(w.t).Bytes(), sum)
 		} else {
-			tmp := torch.RawEmpty(want, fdt, gotch.CPU)
-			if _, err = io.ReadFull(r, tmp.Bytes()); err == nil {
+			tmp := torch.RawEmpty(w.t.MustSize(), fdt, gotch.CPU)
+			if err = readInto(f, tmp.Bytes(), sum); err == nil {
 				torch.Of(w.t).CopyFrom(tmp)
 			}
+			sum.wait() // the hash reads tmp
 			tmp.Free()
 		}
 		if err != nil {
@@ -347,18 +352,120 @@ func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit)
 		}
 		pos = w.info.Offset + w.info.Size
 	}
-	if rec == nil {
+	if sum == nil {
 		return nil
 	}
-	rest, err := io.Copy(io.Discard, r)
-	if err != nil {
+	if err := skip(f, -1, sum); err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
+	return nil
+}
+
+// matchFile checks a weights file's digest and size against the commit record.
+func matchFile(rec *jobs.Commit, dir, path, digest string, size int64) error {
 	rel, err := filepath.Rel(dir, path)
 	if err != nil {
 		rel = filepath.Base(path)
 	}
-	return rec.Match(dir, filepath.ToSlash(rel), hex.EncodeToString(sum.Sum(nil)), pos+rest)
+	return rec.Match(dir, filepath.ToSlash(rel), digest, size)
+}
+
+// readChunk is how many bytes readInto reads before handing them to the hash, so the
+// hash of one large tensor overlaps its own read.
+const readChunk = 16 << 20
+
+// readInto fills dst from r, handing each chunk to sum (when set) as it lands.
+func readInto(r io.Reader, dst []byte, sum *hashPipe) error {
+	for len(dst) > 0 {
+		n := min(len(dst), readChunk)
+		if _, err := io.ReadFull(r, dst[:n]); err != nil {
+			return err
+		}
+		sum.write(dst[:n])
+		dst = dst[n:]
+	}
+	return nil
+}
+
+// skip reads n bytes of r that hold no weight (a header, a gap), or all that is left
+// when n < 0, into sum (when set).
+func skip(r io.Reader, n int64, sum *hashPipe) error {
+	if sum == nil {
+		var err error
+		if n < 0 {
+			_, err = io.Copy(io.Discard, r)
+		} else {
+			_, err = io.CopyN(io.Discard, r, n)
+		}
+		return err
+	}
+	for n != 0 {
+		size := int64(readChunk)
+		if n > 0 {
+			size = min(n, size)
+		}
+		buf := make([]byte, size) // the hash may still hold the last one
+		k, err := io.ReadFull(r, buf)
+		sum.write(buf[:k])
+		if n > 0 {
+			n -= int64(k)
+		}
+		switch {
+		case n < 0 && (err == io.EOF || err == io.ErrUnexpectedEOF):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// hashPipe computes a sha256 in a goroutine of its own over the byte slices written
+// to it, in order. A written slice must stay unchanged and alive until wait or close
+// returns.
+type hashPipe struct {
+	chunks chan []byte
+	idle   chan struct{} // receives when the goroutine has hashed every chunk so far
+	done   chan string
+	n      int64
+}
+
+func newHashPipe() *hashPipe {
+	p := &hashPipe{chunks: make(chan []byte, 4), idle: make(chan struct{}), done: make(chan string)}
+	go func() {
+		h := sha256.New()
+		for b := range p.chunks {
+			if b == nil {
+				p.idle <- struct{}{}
+				continue
+			}
+			h.Write(b)
+		}
+		p.done <- hex.EncodeToString(h.Sum(nil))
+	}()
+	return p
+}
+
+// write hands b to the hash; a nil p ignores it.
+func (p *hashPipe) write(b []byte) {
+	if p != nil && len(b) > 0 {
+		p.chunks <- b
+		p.n += int64(len(b))
+	}
+}
+
+// wait returns when every slice written so far is hashed; a nil p returns at once.
+func (p *hashPipe) wait() {
+	if p != nil {
+		p.chunks <- nil
+		<-p.idle
+	}
+}
+
+// close waits for the hash and returns it as hex.
+func (p *hashPipe) close() string {
+	close(p.chunks)
+	return <-p.done
 }
 
 // Vocab is what CheckTokenizer reads of a tokenizer; bpe.Tokenizer has it.

@@ -84,6 +84,13 @@ func TestLoadVerifiesCommit(t *testing.T) {
 		{"last byte of a shard", 40000, "", func(t testing.TB, path string) {
 			edit(t, path, func(b []byte) { b[len(b)-1] ^= 0x80 })
 		}},
+		{"last byte of a shard loaded as bfloat16", 40000, "", func(t testing.TB, path string) {
+			edit(t, path, func(b []byte) { b[len(b)-1] ^= 0x80 })
+		}},
+		{"low mantissa byte loaded as bfloat16", 0, safetensors.SingleFile, func(t testing.TB, path string) {
+			off := dataStart(t, path) + 1001*4 // below bfloat16's precision: the weights load the same
+			edit(t, path, func(b []byte) { b[off] ^= 0x01 })
+		}},
 		{"tokenizer", 0, jobs.TokenizerFile, func(t testing.TB, path string) {
 			edit(t, path, func(b []byte) { copy(b[2:], "MODEL") })
 		}},
@@ -104,7 +111,12 @@ func TestLoadVerifiesCommit(t *testing.T) {
 				}
 				tt.file = filepath.Base(shards[len(shards)-1])
 			}
-			if got, err := Load(dir, Options{}); err != nil {
+			// Converted weights go through a host buffer the hash reads (readFile).
+			var opt Options
+			if strings.HasSuffix(tt.name, "as bfloat16") {
+				opt.DType = "bfloat16"
+			}
+			if got, err := Load(dir, opt); err != nil {
 				t.Fatalf("Load(%s) before damage = %v, want nil", dir, err)
 			} else {
 				got.Drop()
@@ -118,7 +130,7 @@ func TestLoadVerifiesCommit(t *testing.T) {
 				t.Fatalf("record lists no %s: %+v", tt.file, rec.Files)
 			}
 			tt.damage(t, filepath.Join(dir, tt.file))
-			got, err := Load(dir, Options{})
+			got, err := Load(dir, opt)
 			if err == nil {
 				got.Drop()
 				t.Fatalf("Load(%s) after damaging %s = nil error, want a digest mismatch", dir, tt.file)
