@@ -3,6 +3,7 @@ package qwen2
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/safetensors"
+	"github.com/sugarme/gotch/ts"
 )
 
 // commitModel saves m with a tokenizer.json and commits the directory as the stage
@@ -206,4 +208,43 @@ func load(dir string) error {
 		m.Drop()
 	}
 	return err
+}
+
+// TestLoadTruncated: a weights file cut short in its last tensor (its header's offsets
+// now outrun it) fails the load with an error naming the file, with and without a
+// commit record, converted or not, and leaves no tensor behind.
+func TestLoadTruncated(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	for _, record := range []bool{true, false} {
+		for _, dtype := range []string{"", "bfloat16"} {
+			t.Run(fmt.Sprintf("record=%v/dtype=%s", record, cmpOr(dtype, "stored")), func(t *testing.T) {
+				dir := commitModel(t, m, 0)
+				if !record {
+					if err := os.Remove(filepath.Join(dir, jobs.CommitFile)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				path := filepath.Join(dir, safetensors.SingleFile)
+				fi, err := os.Stat(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(path, fi.Size()-6); err != nil {
+					t.Fatal(err)
+				}
+				live := len(ts.ExistingTensors)
+				got, err := Load(dir, Options{DType: dtype})
+				if err == nil {
+					got.Drop()
+					t.Fatalf("Load of a truncated %s = nil error", path)
+				}
+				if !strings.Contains(err.Error(), safetensors.SingleFile) {
+					t.Errorf("Load = %v, want an error naming %s", err, safetensors.SingleFile)
+				}
+				if n := len(ts.ExistingTensors); n != live {
+					t.Errorf("%d tensors alive after the failed load, %d before", n, live)
+				}
+			})
+		}
+	}
 }
