@@ -26,7 +26,7 @@ import (
 // The baselines: none (b = 0, `--mem-baseline none`), and ctx, the gold answer's
 // probability after the pruned context the agent saw at that turn (the rollout row's
 // prompt_ids) and the memory probe: answer copies that could read the old pass's keys
-// and values, about a quarter of an old pass in tokens. Each is pooled per question as
+// and values (ctxtok/oldtok: their tokens against the old pass's). Each is pooled per question as
 // the default, and reported against it as the Pearson and Spearman correlations of
 // A^M and the fraction of memories whose A^M has the same sign. It skips when the
 // variable is unset; each iteration times the ctx pass.
@@ -112,6 +112,18 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 		b.ReportMetric(sameSign(c.adv, full), c.name+"_same_sign")
 	}
 	b.ReportMetric(float64(len(mems)), "memories")
+	// ctx's cost as answer copies reading the old pass's keys and values: their tokens
+	// against the old pass's (qwen2.BranchTokens).
+	copies := 0
+	for _, p := range pairs {
+		copies += len(p.Response)
+	}
+	var old []qwen2.Pair
+	for _, r := range rows {
+		old = append(old, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+	}
+	trees, _ := qwen2.PrefixTrees(old)
+	b.ReportMetric(float64(copies)/float64(qwen2.BranchTokens(trees)), "ctxtok/oldtok")
 }
 
 // stageTemperature is the temperature the log-prob stage scored dir at.
