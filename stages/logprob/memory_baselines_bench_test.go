@@ -197,3 +197,26 @@ func sameSign(x, y []float64) float64 {
 	}
 	return float64(n) / float64(len(x))
 }
+
+// TestBaselineStatistics checks the figures BenchmarkMemoryBaselines reports on small
+// cases: ranks with ties, Pearson's correlation of a linear map and of its reverse,
+// and the same-sign fraction.
+func TestBaselineStatistics(t *testing.T) {
+	if got, want := ranks([]float64{3, 1, 3, 2}), []float64{2.5, 0, 2.5, 1}; !slices.Equal(got, want) {
+		t.Errorf("ranks = %v, want %v", got, want)
+	}
+	x := []float64{1, 2, 4, 8}
+	y := []float64{3, 5, 9, 17} // 2x + 1
+	if got := pearson(x, y); math.Abs(got-1) > 1e-12 {
+		t.Errorf("pearson of a linear map = %v, want 1", got)
+	}
+	if got := pearson(x, []float64{-1, -2, -4, -8}); math.Abs(got+1) > 1e-12 {
+		t.Errorf("pearson of the reverse = %v, want -1", got)
+	}
+	if got, want := pearson(x, []float64{1, -1, -1, 1}), 3/math.Sqrt(115); math.Abs(got-want) > 1e-12 {
+		t.Errorf("pearson = %v, want %v", got, want)
+	}
+	if got := sameSign([]float64{1, -1, 0, 2}, []float64{3, 1, -2, 0}); got != 0.5 {
+		t.Errorf("sameSign = %v, want 0.5", got)
+	}
+}
