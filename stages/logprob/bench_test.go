@@ -93,32 +93,9 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 	if run == "" {
 		b.Skip("MEMPO_BENCH_RUN is unset: point it at a `make demo` run directory (runs/demo)")
 	}
-	// The demo's protocol: its memory probe is part of every target the stage scores.
-	p, err := protocol.Load(filepath.Join("..", "..", "pipelines", "demo-protocol.json"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.AnswerOpen, cfg.AnswerSeparator, cfg.Probe = p.Answer.Open, p.AnswerSeparator, p.MemoryProbe
-	s := &state{cfg: cfg, in: Inputs{Policy: filepath.Join(run, "sft"), Prompts: filepath.Join(run, "task", "prompts-train")},
-		log: slog.New(slog.DiscardHandler), policyDigest: "benchmark-policy", reuseRef: true}
-	if err := s.load(); err != nil {
-		b.Fatal(err)
-	}
+	s := runState(b, filepath.Join(run, "sft"), filepath.Join(run, "task", "prompts-train"), 0)
 	defer s.drop()
-	d, err := format.OpenDataset(filepath.Join(run, "mempo", "iter-1", "rollouts"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := format.OpenShards[format.Rollout](d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	rows, err := format.ReadAll(r)
-	if err != nil {
-		b.Fatal(err)
-	}
+	rows := readAll[format.Rollout](b, filepath.Join(run, "mempo", "iter-1", "rollouts"))
 	rows = firstQuestions(b, rows, envInt(b, "MEMPO_BENCH_QUESTIONS", 0))
 	layers := envInt(b, "MEMPO_BENCH_LAYERS", 2)
 	b.Run("model=sft", func(b *testing.B) { benchPasses(b, s.policy, s.policy, rows, s.targets, true) })
@@ -138,6 +115,36 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 		}
 		benchPasses(b, m, m, rows, s.targets, false)
 	})
+}
+
+// runState is the stage's state over a `make demo` run's policy, as policy and
+// reference, scoring against prompts' golds after the demo protocol's memory probe,
+// as the stage scores them, at temperature (0 keeps the default).
+func runState(b *testing.B, policy, prompts string, temperature float64) *state {
+	p, err := protocol.Load(filepath.Join("..", "..", "pipelines", "demo-protocol.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.AnswerOpen, cfg.AnswerSeparator, cfg.Probe = p.Answer.Open, p.AnswerSeparator, p.MemoryProbe
+	if temperature > 0 {
+		cfg.Temperature = temperature
+	}
+	s := &state{cfg: cfg, in: Inputs{Policy: policy, Prompts: prompts},
+		log: slog.New(slog.DiscardHandler), policyDigest: "benchmark-policy", reuseRef: true}
+	if err := s.load(); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// readAll is every row of the dataset in dir.
+func readAll[R format.Row](b *testing.B, dir string) []R {
+	rows, err := format.ReadDataset[R](dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rows
 }
 
 // envInt is the integer in environment variable name, def when it is unset.

@@ -4,15 +4,14 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/stats"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/stages/advantage"
 )
@@ -41,18 +40,7 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 	if it > 1 {
 		policy = filepath.Join(run, "mempo", fmt.Sprintf("iter-%d", it-1), "policy")
 	}
-	p, err := protocol.Load(filepath.Join("..", "..", "pipelines", "demo-protocol.json"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.AnswerOpen, cfg.AnswerSeparator, cfg.Probe = p.Answer.Open, p.AnswerSeparator, p.MemoryProbe
-	cfg.Temperature = stageTemperature(b, filepath.Join(iter, "logprobs"))
-	s := &state{cfg: cfg, in: Inputs{Policy: policy, Prompts: filepath.Join(run, "task", "prompts-train")},
-		log: slog.New(slog.DiscardHandler), policyDigest: "benchmark-policy", reuseRef: true}
-	if err := s.load(); err != nil {
-		b.Fatal(err)
-	}
+	s := runState(b, policy, filepath.Join(run, "task", "prompts-train"), stageTemperature(b, filepath.Join(iter, "logprobs")))
 	defer s.drop()
 	rows := readAll[format.Rollout](b, filepath.Join(iter, "rollouts"))
 	lps := readAll[format.Logprob](b, filepath.Join(iter, "logprobs"))
@@ -66,9 +54,10 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 			mems = append(mems, i)
 		}
 	}
-	sc := qwen2.ScoreConfig{TokenBudget: cfg.TokenBudget, Chunk: cfg.Chunk, Temperature: cfg.Temperature}
+	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
 	var ctx []qwen2.Scored
 	for b.Loop() {
+		var err error
 		if ctx, err = s.policy.LogProbs(pairs, sc); err != nil {
 			b.Fatal(err)
 		}
@@ -139,16 +128,8 @@ func stageTemperature(b *testing.B, dir string) float64 {
 	return c.Temperature
 }
 
-func readAll[R format.Row](b *testing.B, dir string) []R {
-	rows, err := format.ReadDataset[R](dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return rows
-}
-
 func pearson(x, y []float64) float64 {
-	mx, my := mean(x), mean(y)
+	mx, my := stats.Mean(x), stats.Mean(y)
 	var sxy, sxx, syy float64
 	for i := range x {
 		sxy += (x[i] - mx) * (y[i] - my)
@@ -156,14 +137,6 @@ func pearson(x, y []float64) float64 {
 		syy += (y[i] - my) * (y[i] - my)
 	}
 	return sxy / math.Sqrt(sxx*syy)
-}
-
-func mean(x []float64) float64 {
-	s := 0.0
-	for _, v := range x {
-		s += v
-	}
-	return s / float64(len(x))
 }
 
 // ranks is each value's rank, ties given their mean rank (for Spearman's correlation).
