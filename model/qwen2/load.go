@@ -387,16 +387,11 @@ func readInto(r io.Reader, dst []byte, sum *hashPipe) error {
 	return nil
 }
 
-// skip reads n bytes of r that hold no weight (a header, a gap), or all that is left
-// when n < 0, into sum (when set).
+// skip reads n bytes of r that hold no weight (a header, a gap) into sum (when set);
+// with sum, n < 0 reads all that is left.
 func skip(r io.Reader, n int64, sum *hashPipe) error {
 	if sum == nil {
-		var err error
-		if n < 0 {
-			_, err = io.Copy(io.Discard, r)
-		} else {
-			_, err = io.CopyN(io.Discard, r, n)
-		}
+		_, err := io.CopyN(io.Discard, r, n)
 		return err
 	}
 	for n != 0 {
