@@ -3,6 +3,7 @@ package qwen2
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"slices"
 )
 
@@ -10,8 +11,8 @@ import (
 type branchRef struct{ tree, branch int }
 
 // distinctTrees is the work BranchLogProbs computes for trees: every branch that
-// repeats an earlier one (the same trunk prefix, the same tokens and the same From,
-// so the same log-probs) is dropped, and each trunk is cut after the longest prefix its
+// repeats an earlier one (the same trunk prefix, the same tokens, From and
+// Temperature, so the same log-probs) is dropped, and each trunk is cut after the longest prefix its
 // remaining branches read; a tree left without branches is dropped. same[i][b] is the
 // branch of the returned trees that scores branch b of trees[i]; orig[k] is the input
 // tree returned tree k comes from.
@@ -34,11 +35,11 @@ func distinctTrees(trees []Tree) (out []Tree, orig []int, same [][]branchRef) {
 	}
 	first := firstCopies(len(refs), func(seed maphash.Seed, k int) uint64 {
 		prefix, b := at(k)
-		return hashTokens(seed, prefix, []int64{int64(b.From)}, b.IDs)
+		return hashTokens(seed, prefix, []int64{int64(b.From), int64(math.Float64bits(b.Temperature))}, b.IDs)
 	}, func(j, k int) bool {
 		pj, bj := at(j)
 		pk, bk := at(k)
-		return bj.From == bk.From && slices.Equal(bj.IDs, bk.IDs) && slices.Equal(pj, pk)
+		return bj.From == bk.From && bj.Temperature == bk.Temperature && slices.Equal(bj.IDs, bk.IDs) && slices.Equal(pj, pk)
 	})
 	kept := make([]branchRef, len(refs)) // where a first copy lands in out
 	same = make([][]branchRef, len(trees))

@@ -15,6 +15,11 @@ type Branch struct {
 	// From is the first branch token to score: BranchLogProbs returns
 	// log π(IDs[j] | Trunk[:Prefix], IDs[:j]) for j in [From, len(IDs)).
 	From int
+	// Temperature, when > 0, divides this branch's logits instead of the call's
+	// ScoreConfig.Temperature: the log-prob stage scores a turn's response at the
+	// sampler's temperature and the gold answer after the same context at 1, over one
+	// computation of that context.
+	Temperature float64
 }
 
 // Tree is a trunk sequence with branches that each continue one prefix of it. Each
@@ -187,9 +192,54 @@ func (m *Model) branchBatch(trees []Tree, cfg ScoreConfig) (vals []float32, err 
 	tgt := torch.RawFromHost(target, []int64{int64(n), 1}, m.device)
 	defer tgt.Free()
 	cfg.Entropy = false
-	lp, _ := m.chunkLogProbs(sel, tgt, cfg)
-	defer lp.Free()
-	return torch.ToHost[float32](lp), nil
+	temps := temperatures(brs, cfg.Temperature)
+	if len(temps) == 1 {
+		cfg.Temperature = temps[0].t
+		lp, _ := m.chunkLogProbs(sel, tgt, cfg)
+		defer lp.Free()
+		return torch.ToHost[float32](lp), nil
+	}
+	vals = make([]float32, n)
+	for _, g := range temps {
+		idx := torch.RawFromHost(g.scored, []int64{int64(len(g.scored))}, m.device)
+		gs, gt := sel.IndexSelect(0, idx), tgt.IndexSelect(0, idx)
+		cfg.Temperature = g.t
+		lp, _ := m.chunkLogProbs(gs, gt, cfg)
+		for k, v := range torch.ToHost[float32](lp) {
+			vals[g.scored[k]] = v
+		}
+		torch.Free(idx, gs, gt, lp)
+	}
+	return vals, nil
+}
+
+// tempGroup is the scored tokens of a batch whose logits one temperature divides.
+type tempGroup struct {
+	t      float64
+	scored []int64
+}
+
+// temperatures groups a batch's scored tokens by the temperature of their branch
+// (def where a branch sets none), in order of first appearance.
+func temperatures(brs []treeBranch, def float64) []tempGroup {
+	var gs []tempGroup
+	for _, b := range brs {
+		t := def
+		if b.Temperature > 0 {
+			t = b.Temperature
+		}
+		k := slices.IndexFunc(gs, func(g tempGroup) bool { return g.t == t })
+		if k < 0 {
+			k, gs = len(gs), append(gs, tempGroup{t: t})
+		}
+		for j := range len(b.IDs) - b.From {
+			gs[k].scored = append(gs[k].scored, int64(b.out+j))
+		}
+	}
+	if len(gs) == 0 {
+		gs = []tempGroup{{t: def}}
+	}
+	return gs
 }
 
 // treeBranch is a branch of tree tree of a batch whose first scored token is scored

@@ -1,6 +1,7 @@
 package qwen2
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -207,5 +208,55 @@ func TestDistinctTrees(t *testing.T) {
 	}
 	if got, w := BranchTokens(trees), 3+2+2+3+2+3+2+2; got != w {
 		t.Errorf("BranchTokens = %d, want %d (the distinct trees' trunks and branches)", got, w)
+	}
+}
+
+// TestBranchTemperatures checks branches scored at their own temperature beside the
+// call's: each branch equals its pair scored alone at its temperature, and a branch
+// that repeats another's tokens at another temperature is not taken for its repeat.
+func TestBranchTemperatures(t *testing.T) {
+	m := newTestModel(t, testConfig(), Options{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	var trees []Tree
+	for range 4 {
+		tr := Tree{Trunk: randomTokens(rng, 4+rng.IntN(12), 97)}
+		for k := range 4 {
+			ids := randomTokens(rng, 2+rng.IntN(5), 97)
+			br := Branch{Prefix: 1 + rng.IntN(len(tr.Trunk)), IDs: ids, From: rng.IntN(len(ids))}
+			if k%2 == 1 {
+				br.Temperature = 1
+			}
+			tr.Branches = append(tr.Branches, br)
+		}
+		twin := tr.Branches[0]
+		twin.Temperature = 2
+		tr.Branches = append(tr.Branches, twin)
+		trees = append(trees, tr)
+	}
+	const def = 0.5
+	for _, cfg := range []ScoreConfig{{Temperature: def}, {Temperature: def, TokenBudget: 8}} {
+		base := liveTensors()
+		got, err := m.BranchLogProbs(trees, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := liveTensors(); n != base {
+			t.Errorf("BranchLogProbs left %d live tensors, want %d", n, base)
+		}
+		for i, tr := range trees {
+			for b, br := range tr.Branches {
+				temp := cmp.Or(br.Temperature, def)
+				want, err := m.LogProbs([]Pair{{Context: tr.Trunk[:br.Prefix], Response: br.IDs}}, ScoreConfig{Temperature: temp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := maxAbsDiff(got[i][b], want[0].LogProbs[br.From:]); d > 1e-5 {
+					t.Errorf("budget %d tree %d branch %d at temperature %v: max |Δlogprob| = %g, want <= 1e-5", cfg.TokenBudget, i, b, temp, d)
+				}
+			}
+			if maxAbsDiff(got[i][0], got[i][4]) < 1e-3 {
+				t.Errorf("tree %d: the branch at temperature 2 scored as its twin at %v", i, def)
+			}
+		}
 	}
 }
