@@ -66,10 +66,10 @@ func sampleScores() []Score {
 
 func sampleLogprobs() []Logprob {
 	return []Logprob{
-		{UID: "p0", Sample: 0, Turn: 0, OldLogprobs: []float32{-0.5, -1}, RefLogprobs: []float32{-0.6, -0.9}, PMem: f32(0.75), PFull: f32(0.5),
+		{UID: "p0", Sample: 0, Turn: 0, OldLogprobs: []float32{-0.5, -1}, RefLogprobs: []float32{-0.6, -0.9}, PMem: f32(0.75), PFull: f32(0.5), PCtx: f32(0.625),
 			MemGolds: i32(1), Objectives: 2},
 		{UID: "p0", Sample: 0, Turn: 1, OldLogprobs: []float32{-2}, RefLogprobs: []float32{-2.5}},
-		{UID: "p0", Sample: 1, Turn: 0, PMem: f32(0), PFull: nil, MemGolds: i32(0), Objectives: 2},
+		{UID: "p0", Sample: 1, Turn: 0, PMem: f32(0), PFull: nil, PCtx: f32(0.125), MemGolds: i32(0), Objectives: 2},
 		{UID: "p1", Sample: 2, Turn: 3, OldLogprobs: []float32{0}, RefLogprobs: []float32{0}, PMem: nil, PFull: f32(1)},
 	}
 }

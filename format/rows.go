@@ -9,8 +9,9 @@ const (
 	// documents.
 	RolloutsVersion = 2
 	ScoresVersion   = 1
-	// LogprobsVersion 2 adds mem_golds and objectives: what each memory holds.
-	LogprobsVersion   = 2
+	// LogprobsVersion 2 adds mem_golds and objectives: what each memory holds; 3 adds
+	// p_ctx, the context baseline of the memory reward.
+	LogprobsVersion   = 3
 	AdvantagesVersion = 1
 	MetricsVersion    = 1
 )
@@ -89,7 +90,11 @@ type Logprob struct {
 	OldLogprobs []float32 `arrow:"old_logprobs"`
 	RefLogprobs []float32 `arrow:"ref_logprobs"`
 	PMem        *float32  `arrow:"p_mem"`  // nil when the turn wrote no memory
-	PFull       *float32  `arrow:"p_full"` // nil when the turn wrote no memory
+	PFull       *float32  `arrow:"p_full"` // nil when the turn wrote no memory or P_full was not scored
+	// PCtx is the gold answer's probability after the pruned context the turn was
+	// generated from (its prompt_ids): the context baseline of the memory reward. nil
+	// when the turn wrote no memory or the stage ran without it (mempo-logprob --p-ctx).
+	PCtx *float32 `arrow:"p_ctx"`
 	// MemGolds counts the objectives whose gold answer (any alias, case-insensitive)
 	// the memory text holds, of Objectives; nil when the turn wrote no memory or the
 	// memory pass did not run. It lets a user see whether P_mem measures what MemPO

@@ -21,7 +21,7 @@ EXPECT = {
                  "sampling_logprobs": pa.list_(pa.float32()), "mem_start": pa.int32(), "action": pa.string()},
     "scores": {"em": pa.list_(pa.float32()), "f1": pa.list_(pa.float32()), "format_ok": pa.bool_(),
                "reward": pa.float32(), "tt": pa.int64()},
-    "logprobs": {"old_logprobs": pa.list_(pa.float32()), "p_mem": pa.float32()},
+    "logprobs": {"old_logprobs": pa.list_(pa.float32()), "p_mem": pa.float32(), "p_ctx": pa.float32()},
     "advantages": {"advantages": pa.list_(pa.float32()), "adv_memory": pa.float32()},
     "metrics": {"value": pa.float64(), "name": pa.string()},
 }

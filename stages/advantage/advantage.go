@@ -31,10 +31,11 @@ type Turn struct {
 	// ResponseLen is the number of generated tokens of the turn.
 	ResponseLen int
 	// Mem is the <mem>…</mem> span in response tokens, tags included; nil when the turn
-	// wrote no memory. PMem and PFull are read only when Mem is set.
+	// wrote no memory. PMem and the baseline's PFull or PCtx are read only when Mem is set.
 	Mem   *Span
 	PMem  float64
 	PFull float64
+	PCtx  float64
 }
 
 // Row is one row of the advantages dataset.
@@ -105,7 +106,7 @@ func Compute(cfg Config, scores []Score, turns []Turn) ([]Row, Summary, error) {
 		if t.Mem == nil {
 			continue
 		}
-		r := t.PMem - cfg.MemBaseline.of(t.PFull)
+		r := t.PMem - cfg.MemBaseline.of(t)
 		rows[i].HasMem, rows[i].MemReward = true, r
 		k := poolKey{uid: t.UID, turn: -1}
 		if cfg.MemPool == PoolTurn {
@@ -230,7 +231,7 @@ func checkTurns(turns []Turn, groups map[string][]float64) error {
 		for _, p := range []struct {
 			name string
 			v    float64
-		}{{"p_mem", t.PMem}, {"p_full", t.PFull}} {
+		}{{"p_mem", t.PMem}, {"p_full", t.PFull}, {"p_ctx", t.PCtx}} {
 			if !(p.v >= 0 && p.v <= 1) {
 				return fmt.Errorf("%s: %s %v, want a probability in [0,1]: %w", where, p.name, p.v, ErrInput)
 			}

@@ -26,6 +26,11 @@ const (
 	// BaselineFull subtracts P_full, the answer probability given the complete un-pruned
 	// history: the memory is rewarded for what it keeps relative to keeping everything.
 	BaselineFull BaselineKind = "full"
+	// BaselineContext subtracts P_ctx, the answer probability given the pruned context
+	// the memory was written from (the turn's prompt: the previous memory and the
+	// latest observation): the memory is rewarded for what it keeps of what it read.
+	// It costs answer copies on the old pass's contexts instead of the stitched histories.
+	BaselineContext BaselineKind = "context"
 	// BaselineConst subtracts a fixed value.
 	BaselineConst BaselineKind = "const"
 	// BaselineNone uses P_mem as it is.
@@ -44,12 +49,14 @@ func ParseBaseline(s string) (Baseline, error) {
 	switch s {
 	case string(BaselineFull):
 		return Baseline{Kind: BaselineFull}, nil
+	case string(BaselineContext):
+		return Baseline{Kind: BaselineContext}, nil
 	case string(BaselineNone):
 		return Baseline{Kind: BaselineNone}, nil
 	}
 	v, ok := strings.CutPrefix(s, string(BaselineConst)+":")
 	if !ok {
-		return Baseline{}, fmt.Errorf("--mem-baseline %q: want full, none or const:<value>: %w", s, ErrConfig)
+		return Baseline{}, fmt.Errorf("--mem-baseline %q: want full, context, none or const:<value>: %w", s, ErrConfig)
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -84,11 +91,13 @@ func (b *Baseline) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// of returns b for a memory with the given P_full.
-func (b Baseline) of(pFull float64) float64 {
+// of returns b for memory turn t.
+func (b Baseline) of(t Turn) float64 {
 	switch b.Kind {
 	case BaselineFull:
-		return pFull
+		return t.PFull
+	case BaselineContext:
+		return t.PCtx
 	case BaselineConst:
 		return b.Value
 	}

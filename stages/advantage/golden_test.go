@@ -23,6 +23,7 @@ type goldenTurn struct {
 	Mem         *Span   `json:"mem"`
 	PMem        float64 `json:"p_mem"`
 	PFull       float64 `json:"p_full"`
+	PCtx        float64 `json:"p_ctx"`
 }
 
 type goldenDoc struct {

@@ -109,7 +109,7 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 	if err != nil {
 		return err
 	}
-	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard), cfg.MemCoef != 0)
+	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard), cfg.MemCoef != 0, cfg.MemBaseline)
 	if err != nil {
 		return err
 	}
@@ -151,11 +151,22 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 	return nil
 }
 
+// probCol is a probability column of a logprobs row and where a Turn keeps it.
+type probCol struct {
+	name string
+	v    *float32
+	to   *float64
+}
+
+// unscored names the mempo-logprob setting that leaves a column null.
+var unscored = map[string]string{"p_mem": "scored with --memory-pass=false", "p_full": "scored with --p-full=false", "p_ctx": "scored without --p-ctx"}
+
 // joinTurns pairs each rollout turn with its log-prob row; both shards list the same
-// (uid, sample, turn) keys in the same sorted order. A memory turn needs p_mem and
-// p_full when needMem; without (--mem-coef 0, log-probs scored with --memory-pass=false)
-// such a turn counts as one without a memory reward.
-func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, needMem bool) ([]Turn, error) {
+// (uid, sample, turn) keys in the same sorted order. A memory turn needs p_mem and the
+// baseline's column (p_full, p_ctx or none) when needMem; without (--mem-coef 0,
+// log-probs scored with --memory-pass=false) such a turn counts as one without a memory
+// reward.
+func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, needMem bool, b Baseline) ([]Turn, error) {
 	if len(rolls) != len(lps) {
 		return nil, fmt.Errorf("%s: %d rows for %d rollout turns: %w", lpPath, len(lps), len(rolls), ErrInput)
 	}
@@ -167,22 +178,28 @@ func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, need
 				lpPath, i, l.UID, l.Sample, l.Turn, r.UID, r.Sample, r.Turn, ErrInput)
 		}
 		t := Turn{UID: r.UID, Sample: int(r.Sample), Turn: int(r.Turn), ResponseLen: len(r.ResponseIDs)}
-		if r.MemEnd != r.MemStart && (needMem || l.PMem != nil && l.PFull != nil) {
-			if l.PMem == nil || l.PFull == nil {
-				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no p_mem/p_full (scored with --memory-pass=false?); --mem-coef 0 needs none: %w",
-					lpPath, i, r.UID, r.Sample, r.Turn, ErrInput)
+		cols := []probCol{{"p_mem", l.PMem, &t.PMem}}
+		switch b.Kind {
+		case BaselineFull:
+			cols = append(cols, probCol{"p_full", l.PFull, &t.PFull})
+		case BaselineContext:
+			cols = append(cols, probCol{"p_ctx", l.PCtx, &t.PCtx})
+		}
+		missing := slices.IndexFunc(cols, func(c probCol) bool { return c.v == nil })
+		if r.MemEnd != r.MemStart && (needMem || missing < 0) {
+			if missing >= 0 {
+				c := cols[missing].name
+				return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): the turn has a memory but no %s (%s?); --mem-coef 0 needs none: %w",
+					lpPath, i, r.UID, r.Sample, r.Turn, c, unscored[c], ErrInput)
 			}
-			for _, p := range []struct {
-				col string
-				v   float32
-			}{{"p_mem", *l.PMem}, {"p_full", *l.PFull}} {
-				if !(p.v >= 0 && p.v <= 1) {
+			for _, c := range cols {
+				if !(*c.v >= 0 && *c.v <= 1) {
 					return nil, fmt.Errorf("%s: row %d (uid %s sample %d turn %d): column %q is %v, want a probability in [0,1]: %w",
-						lpPath, i, r.UID, r.Sample, r.Turn, p.col, p.v, ErrInput)
+						lpPath, i, r.UID, r.Sample, r.Turn, c.name, *c.v, ErrInput)
 				}
+				*c.to = float64(*c.v)
 			}
 			t.Mem = &Span{Start: int(r.MemStart), End: int(r.MemEnd)}
-			t.PMem, t.PFull = float64(*l.PMem), float64(*l.PFull)
 		}
 		turns[i] = t
 	}

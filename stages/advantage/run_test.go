@@ -183,6 +183,47 @@ func TestRunStageWithoutMemoryPass(t *testing.T) {
 	t.Log(err)
 }
 
+// TestRunStageContextBaseline: --mem-baseline context reads p_ctx, and refuses log-probs
+// scored without it, naming the column and the flag; --mem-baseline none needs neither
+// p_full nor p_ctx.
+func TestRunStageContextBaseline(t *testing.T) {
+	dir := t.TempDir()
+	in := stageFixture(t, dir)
+	rows, err := format.ReadDataset[format.Logprob](in.Logprobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := DefaultConfig()
+	ctx.MemBaseline = Baseline{Kind: BaselineContext}
+	_, err = Run(context.Background(), ctx, in, jobs.Spec{Out: filepath.Join(dir, "adv-missing")})
+	if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "no p_ctx (scored without --p-ctx?)") {
+		t.Errorf("context baseline without p_ctx = %v, want ErrInput naming p_ctx and --p-ctx", err)
+	}
+	rows[0].PCtx, rows[2].PCtx = f32(0.5), f32(0.125)
+	rows[0].PFull, rows[2].PFull = nil, nil
+	rewrite(t, in.Logprobs, rows)
+	if _, err := Run(context.Background(), ctx, in, jobs.Spec{Out: filepath.Join(dir, "adv-ctx")}); err != nil {
+		t.Fatal(err)
+	}
+	got := readAdvantages(t, filepath.Join(dir, "adv-ctx"))
+	for _, c := range []struct {
+		row  int
+		want float32
+	}{{0, 0.75 - 0.5}, {2, 0.25 - 0.125}} {
+		if r := got[c.row].MemReward; r == nil || *r != c.want {
+			t.Errorf("row %d: mem_reward %v, want p_mem − p_ctx = %v", c.row, r, c.want)
+		}
+	}
+	none := DefaultConfig()
+	none.MemBaseline = Baseline{Kind: BaselineNone}
+	if _, err := Run(context.Background(), none, in, jobs.Spec{Out: filepath.Join(dir, "adv-none")}); err != nil {
+		t.Errorf("no baseline on log-probs without p_full: %v", err)
+	}
+	if _, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: filepath.Join(dir, "adv-full")}); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "no p_full") {
+		t.Errorf("full baseline without p_full = %v, want ErrInput naming p_full", err)
+	}
+}
+
 // TestRunStageNaNNamesItsFile: a non-finite reward or memory probability is reported
 // against the shard and row that hold it, not against the rollouts.
 func TestRunStageNaNNamesItsFile(t *testing.T) {
