@@ -184,7 +184,8 @@ func firstQuestions(b *testing.B, rows []format.Rollout, n int) []format.Rollout
 // benchPasses times the passes over rows, interleaved, the one-sequence-per-probability
 // pass only when separate is set. Every rate counts the same tokens (prompt + response
 // of every turn), so the rates compare as inverse times; mem/old is the cost ratio
-// DESIGN.md §10 bounds by 1. memtok/oldtok is the ratio of the tokens the two passes
+// DESIGN.md §10 bounds by 1, and ctxmem/old the same with the context baseline (P_mem's
+// trees, and the old pass's growth when P_ctx's answer copies join its trees, oldctx/old). memtok/oldtok is the ratio of the tokens the two passes
 // compute (qwen2.BranchTokens: repeated branches once, a trunk root several trees of
 // one batch share counted for each): the memory pass's cost in old passes were every token to cost
 // the same. Each time is the fastest of the b.N runs of that pass: the minimum drops
@@ -202,7 +203,7 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 	}
 	d := DefaultConfig()
 	sc := qwen2.ScoreConfig{TokenBudget: d.TokenBudget, Chunk: d.Chunk}
-	var old, refT, mem, sep time.Duration
+	var old, refT, mem, sep, oldCtx, memOnly time.Duration
 	fastest := func(best *time.Duration, start time.Time) {
 		if d := time.Since(start); *best == 0 || d < *best {
 			*best = d
@@ -222,7 +223,7 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 		fastest(&refT, start)
 
 		start = time.Now()
-		plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions)
+		plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,6 +231,24 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 			b.Fatal(err)
 		}
 		fastest(&mem, start)
+
+		// The memory pass with the context baseline: P_ctx's answer copies in the
+		// old pass's trees, and P_mem alone.
+		start = time.Now()
+		if _, _, err := contextPass(policy, "bench", rows, pairs, targets, sc); err != nil {
+			b.Fatal(err)
+		}
+		fastest(&oldCtx, start)
+
+		start = time.Now()
+		plan, err = planMemory("bench", trajs, targets, policy.Config.MaxPositions, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := probs(policy, plan, len(rows), sc); err != nil {
+			b.Fatal(err)
+		}
+		fastest(&memOnly, start)
 
 		if separate {
 			start = time.Now()
@@ -245,11 +264,15 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 	b.ReportMetric(rate(refT), "ref_tok/s")
 	b.ReportMetric(rate(mem), "mem_tok/s")
 	b.ReportMetric(mem.Seconds()/old.Seconds(), "mem/old")
+	// What the memory signal costs with --p-full=false --p-ctx, in old passes: the
+	// old pass's growth by the answer copies, and P_mem.
+	b.ReportMetric((oldCtx-old+memOnly).Seconds()/old.Seconds(), "ctxmem/old")
+	b.ReportMetric(oldCtx.Seconds()/old.Seconds(), "oldctx/old")
 	if separate {
 		b.ReportMetric(rate(sep), "sepmem_tok/s")
 		b.ReportMetric(sep.Seconds()/old.Seconds(), "sepmem/old")
 	}
-	plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions)
+	plan, err := planMemory("bench", trajs, targets, policy.Config.MaxPositions, true)
 	if err != nil {
 		b.Fatal(err)
 	}

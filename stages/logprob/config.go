@@ -44,9 +44,17 @@ type Config struct {
 	// rollouts sampled at that temperature. The memory pass always uses 1: P_x is a
 	// probability under the policy itself (DESIGN.md §7), not under the sampler.
 	Temperature float64 `json:"temperature"`
-	// MemoryPass computes p_mem and p_full for every turn with a memory; off, both are
-	// null in every row.
+	// MemoryPass computes p_mem for every turn with a memory, and the baselines PFull
+	// and PCtx select; off, all three are null in every row.
 	MemoryPass bool `json:"memory_pass"`
+	// PFull computes p_full, the default baseline of the memory reward, with the memory
+	// pass: one forward over each trajectory's stitched history, about an old pass's
+	// tokens.
+	PFull bool `json:"p_full"`
+	// PCtx computes p_ctx, the answer's probability after the turn's own pruned context,
+	// with the memory pass: answer copies branching off the old pass's contexts, scored
+	// at temperature 1 in the old pass's forward (a fifth of its tokens on the demo).
+	PCtx bool `json:"p_ctx"`
 	// Device is where the models run: "cpu", "cuda" or "cuda:N". It is keyed because
 	// kernels differ in the last bits between devices.
 	Device string `json:"device"`
@@ -66,9 +74,9 @@ type Config struct {
 }
 
 // DefaultConfig is the stage's default: the built-in protocol's <answer> and "; ",
-// memory pass on, CPU, budgets of qwen2.ScoreConfig's defaults.
+// memory pass on with P_full and without P_ctx, CPU, budgets of qwen2.ScoreConfig's defaults.
 func DefaultConfig() Config {
-	return Config{TokenBudget: 8192, Chunk: 256, Temperature: 1, MemoryPass: true, Device: "cpu",
+	return Config{TokenBudget: 8192, Chunk: 256, Temperature: 1, MemoryPass: true, PFull: true, Device: "cpu",
 		AnswerOpen: "<answer>", AnswerSeparator: "; "}
 }
 
@@ -83,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("logprob: temperature %v, want > 0: %w", c.Temperature, ErrConfig)
 	case c.Device == "":
 		return fmt.Errorf("logprob: no device, want cpu, cuda or cuda:N: %w", ErrConfig)
+	case c.PCtx && !c.MemoryPass:
+		return fmt.Errorf("logprob: p_ctx is part of the memory pass, which is off: %w", ErrConfig)
 	case c.MemoryPass && c.AnswerOpen == "":
 		return fmt.Errorf("logprob: the memory pass needs the protocol's answer tag: %w", ErrConfig)
 	}

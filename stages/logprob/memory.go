@@ -105,7 +105,8 @@ type memoryPlan struct {
 // before turn t. P_mem: one trunk per run of trajectories with the same uid and turn-0
 // prompt (the samples of a GRPO group), with one branch per memory turn holding the
 // memory span and the answer. Either way the shared tokens run once (see qwen2.Tree).
-func planMemory(file string, trajs [][]format.Rollout, targets map[string]target, maxPos int) (memoryPlan, error) {
+// Without full, the plan holds P_mem's trees only.
+func planMemory(file string, trajs [][]format.Rollout, targets map[string]target, maxPos int, full bool) (memoryPlan, error) {
 	var p memoryPlan
 	var group *qwen2.Tree // the P_mem tree being filled
 	var groupRows []int
@@ -127,16 +128,16 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 		}
 		groupUID, groupPrompt = tr[0].UID, prompt
 		trunk, ends := History(tr)
-		var full qwen2.Tree
+		var hist qwen2.Tree // P_full's
 		var fullRows []int
 		for t := range tr {
 			r, row := &tr[t], base+t
 			if hasMemory(r) {
-				if n := ends[t] + len(tg.ids); n > maxPos {
+				if n := ends[t] + len(tg.ids); full && n > maxPos {
 					return p, fmt.Errorf("%s: %s: P_full needs %d positions (history %d + answer %d), the model has %d: %w",
 						file, where(row, r), n, ends[t], len(tg.ids), maxPos, ErrContext)
 				}
-				full.Branches = append(full.Branches, qwen2.Branch{Prefix: ends[t], IDs: tg.ids, From: tg.from})
+				hist.Branches = append(hist.Branches, qwen2.Branch{Prefix: ends[t], IDs: tg.ids, From: tg.from})
 				fullRows = append(fullRows, row)
 
 				mem := qwen2.Tokens(r.ResponseIDs[r.MemStart:r.MemEnd])
@@ -152,10 +153,10 @@ func planMemory(file string, trajs [][]format.Rollout, targets map[string]target
 				groupRows = append(groupRows, row)
 			}
 		}
-		if len(full.Branches) > 0 {
-			last := full.Branches[len(full.Branches)-1].Prefix
-			full.Trunk = trunk[:last:last]
-			p.full = append(p.full, full)
+		if len(hist.Branches) > 0 && full {
+			last := hist.Branches[len(hist.Branches)-1].Prefix
+			hist.Trunk = trunk[:last:last]
+			p.full = append(p.full, hist)
 			p.fullRow = append(p.fullRow, fullRows)
 		}
 		base += len(tr)

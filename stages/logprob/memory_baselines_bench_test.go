@@ -22,13 +22,14 @@ import (
 // run's MemPO rollouts: MEMPO_BENCH_RUN names the run (runs/demo) and MEMPO_BENCH_ITER
 // the iteration (default 1), scored by the policy that generated it at the log-prob
 // stage's temperature. P_mem and P_full are the stage's own (its logprobs dataset).
-// The baselines: none (b = 0, `--mem-baseline none`), and ctx, the gold answer's
-// probability after the pruned context the agent saw at that turn (the rollout row's
-// prompt_ids) and the memory probe: answer copies that could read the old pass's keys
-// and values (ctxtok/oldtok: their tokens against the old pass's). Each is pooled per question as
+// The baselines: none (b = 0, `--mem-baseline none`), and ctx (`--mem-baseline
+// context`), P_ctx as the stage scores it with --p-ctx: the gold answer's probability
+// at temperature 1 after the pruned context the agent saw at that turn (the rollout
+// row's prompt_ids) and the memory probe, answer copies in the old pass's trees
+// (ctxtok/oldtok: their tokens against the old pass's). Each is pooled per question as
 // the default, and reported against it as the Pearson and Spearman correlations of
 // A^M and the fraction of memories whose A^M has the same sign. It skips when the
-// variable is unset; each iteration times the ctx pass.
+// variable is unset; each iteration times the old pass with the copies.
 func BenchmarkMemoryBaselines(b *testing.B) {
 	run := os.Getenv("MEMPO_BENCH_RUN")
 	if run == "" {
@@ -46,19 +47,19 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 	lps := readAll[format.Logprob](b, filepath.Join(iter, "logprobs"))
 	scoreRows := readAll[format.Score](b, filepath.Join(iter, "scores"))
 
-	var pairs []qwen2.Pair
-	var mems []int // rows with a memory, in pairs' order
-	for i := range rows {
+	var old []qwen2.Pair
+	var mems []int // rows with a memory
+	for i, r := range rows {
+		old = append(old, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
 		if hasMemory(&rows[i]) {
-			pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(rows[i].PromptIDs), Response: s.targets[rows[i].UID].ids})
 			mems = append(mems, i)
 		}
 	}
 	sc := qwen2.ScoreConfig{TokenBudget: s.cfg.TokenBudget, Chunk: s.cfg.Chunk, Temperature: s.cfg.Temperature}
-	var ctx []qwen2.Scored
+	var pCtx []*float32
 	for b.Loop() {
 		var err error
-		if ctx, err = s.policy.LogProbs(pairs, sc); err != nil {
+		if _, pCtx, err = contextPass(s.policy, "bench", rows, old, s.targets, sc); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,9 +92,7 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 		name string
 		adv  []float64
 	}{
-		{"ctx", memAdv(advantage.BaselineFull, func(k int) float64 {
-			return geoMean(ctx[k].LogProbs[s.targets[rows[mems[k]].UID].from:])
-		})},
+		{"ctx", memAdv(advantage.BaselineFull, func(k int) float64 { return float64(*pCtx[mems[k]]) })},
 		{"none", memAdv(advantage.BaselineNone, func(int) float64 { return 0 })},
 	} {
 		b.ReportMetric(pearson(c.adv, full), c.name+"_pearson")
@@ -104,12 +103,8 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 	// ctx's cost as answer copies reading the old pass's keys and values: their tokens
 	// against the old pass's (qwen2.BranchTokens).
 	copies := 0
-	for _, p := range pairs {
-		copies += len(p.Response)
-	}
-	var old []qwen2.Pair
-	for _, r := range rows {
-		old = append(old, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+	for _, i := range mems {
+		copies += len(s.targets[rows[i].UID].ids)
 	}
 	trees, _ := qwen2.PrefixTrees(old)
 	b.ReportMetric(float64(copies)/float64(qwen2.BranchTokens(trees)), "ctxtok/oldtok")

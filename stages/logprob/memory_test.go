@@ -123,7 +123,7 @@ func TestPlanMemory(t *testing.T) {
 		{roll(1, 0, []int32{30}, []int32{40}, [2]int32{})},
 		{roll(2, 0, []int32{50, 51}, nil, [2]int32{0, 1})},
 	}
-	p, err := planMemory("shard", trajs, map[string]target{"q": tg}, 100)
+	p, err := planMemory("shard", trajs, map[string]target{"q": tg}, 100, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestPlanMemory(t *testing.T) {
 	if diff := cmp.Diff([][]int{{0, 1, 4}}, p.memRow); diff != "" {
 		t.Errorf("P_mem rows (-want +got):\n%s", diff)
 	}
-	if _, err := planMemory("shard", trajs, map[string]target{"q": tg}, 8); err == nil {
+	if _, err := planMemory("shard", trajs, map[string]target{"q": tg}, 8, true); err == nil {
 		t.Errorf("planMemory with 8 positions = nil error, want ErrContext for the 6-token history + 3-token answer")
 	}
 }
@@ -162,7 +162,7 @@ func TestPlanMemoryOneTreePerGroup(t *testing.T) {
 		trajs = append(trajs, []format.Rollout{{UID: "q", Sample: int32(s), PromptIDs: []int32{1},
 			ResponseIDs: make([]int32, 20), MemStart: 0, MemEnd: 20}})
 	}
-	p, err := planMemory("shard", trajs, map[string]target{"q": tg}, 1000)
+	p, err := planMemory("shard", trajs, map[string]target{"q": tg}, 1000, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,9 @@ func TestMemoryHoldsAnswer(t *testing.T) {
 	fx := &fixture{dir: dir, tok: tok, rolls: [][]format.Rollout{rows}}
 	fx.in.Policy, fx.in.Ref = policy, policy
 	fx.writeInputs(t)
-	_, got := fx.run(t, testConfig(), "logprobs", jobs.Spec{})
+	cfg := testConfig()
+	cfg.PCtx = true
+	_, got := fx.run(t, cfg, "logprobs", jobs.Spec{})
 	holds, not := got[:2], got[2:]
 	for turn := range 2 {
 		t.Logf("turn %d: p_mem %.4f vs %.4f, p_full %.4f vs %.4f", turn,
@@ -300,9 +302,16 @@ func TestMemoryHoldsAnswer(t *testing.T) {
 	if !(*holds[1].PFull > 10*(*not[1].PFull)) {
 		t.Errorf("turn 1: p_full = %g with the gold in the history, %g with a distractor; want over 10× higher", *holds[1].PFull, *not[1].PFull)
 	}
-	// Before turn 0 the history is the prompt alone, the same for both.
-	if *holds[0].PFull != *not[0].PFull {
-		t.Errorf("turn 0: p_full %g vs %g, want equal: both condition on the prompt only", *holds[0].PFull, *not[0].PFull)
+	// Turn 1's own context holds turn 0's memory.
+	if !(*holds[1].PCtx > 10*(*not[1].PCtx)) {
+		t.Errorf("turn 1: p_ctx = %g with the gold in the context, %g with a distractor; want over 10× higher", *holds[1].PCtx, *not[1].PCtx)
+	}
+	// Before turn 0 the history is the prompt alone, the same for both, and it is
+	// turn 0's own context too.
+	for _, r := range got[:1] {
+		if *r.PFull != *not[0].PFull || math.Abs(float64(*r.PCtx-*r.PFull)) > 1e-6 {
+			t.Errorf("turn 0: p_full %g and %g, p_ctx %g, want all equal: all condition on the prompt only", *r.PFull, *not[0].PFull, *r.PCtx)
+		}
 	}
 }
 
@@ -386,5 +395,50 @@ func adam(t *testing.T, m *qwen2.Model, pairs []qwen2.Pair, steps int, lr float6
 		}
 		m1[i].MustDrop()
 		m2[i].MustDrop()
+	}
+}
+
+// TestContextBaseline runs the stage with P_ctx instead of P_full, at the sampler's
+// temperature 0.5, on rollouts with a twin: P_ctx equals the gold answer scored alone
+// at temperature 1 after the turn's prompt_ids, set on exactly the memory turns; P_full
+// is null; the old log-probs, scored in the same trees as the answer copies, and P_mem
+// equal the default run's.
+func TestContextBaseline(t *testing.T) {
+	f := fixtureOf(t, 3, 4, true)
+	cfg := testConfig()
+	cfg.Temperature = 0.5
+	_, want := f.run(t, cfg, "full", jobs.Spec{})
+	cfg.PFull, cfg.PCtx = false, true
+	_, got := f.run(t, cfg, "ctx", jobs.Spec{})
+	m := loadModel(t, f.in.Policy)
+	targets := testTargets(t, f.tok)
+	rows := slices.Concat(f.rolls...)
+	memories := 0
+	for i, r := range rows {
+		g := got[i]
+		if d := maxAbsDiff(g.OldLogprobs, want[i].OldLogprobs); d > 1e-5 || len(g.OldLogprobs) != len(r.ResponseIDs) {
+			t.Errorf("%s: %d old log-probs differ from the run without P_ctx by %g, want %d within 1e-5", key(g), len(g.OldLogprobs), d, len(r.ResponseIDs))
+		}
+		if g.PFull != nil || (g.PCtx != nil) != hasMemory(&r) || (g.PMem != nil) != hasMemory(&r) {
+			t.Fatalf("%s: p_full %v p_ctx %v p_mem %v, want p_full null and the others set iff the turn has a memory", key(g), g.PFull, g.PCtx, g.PMem)
+		}
+		if !hasMemory(&r) {
+			continue
+		}
+		memories++
+		if d := math.Abs(float64(*g.PMem - *want[i].PMem)); d > 1e-5 {
+			t.Errorf("%s: p_mem %g, %g with P_full", key(g), *g.PMem, *want[i].PMem)
+		}
+		tg := targets[r.UID]
+		alone, err := m.LogProbs([]qwen2.Pair{{Context: qwen2.Tokens(r.PromptIDs), Response: tg.ids}}, qwen2.ScoreConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := geoMean(alone[0].LogProbs[tg.from:]); math.Abs(float64(*g.PCtx)-p) > 1e-5 {
+			t.Errorf("%s: p_ctx %g, the answer alone after prompt_ids at temperature 1 gives %g", key(g), *g.PCtx, p)
+		}
+	}
+	if memories < 10 {
+		t.Fatalf("fixture has %d memory turns, want at least 10", memories)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -278,16 +279,16 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		return sec
 	}
 	start := time.Now()
-	old, err := s.policy.PrefixLogProbs(pairs, sc)
+	old, pCtx, err := s.oldPass(file, rows, pairs, sc)
 	if err != nil {
-		return fmt.Errorf("logprob: %s: old pass: %w", file, err)
+		return err
 	}
 	for i := range rows {
-		if err := finite(old[i].LogProbs); err != nil {
+		if err := finite(old[i]); err != nil {
 			return fmt.Errorf("logprob: %s: %s: old_logprobs: %w: %w", file, where(i, &rows[i]), err, ErrNonFinite)
 		}
-		out[i].OldLogprobs = old[i].LogProbs
-		out[i].RefLogprobs = old[i].LogProbs
+		out[i].OldLogprobs = old[i]
+		out[i].RefLogprobs = old[i]
 	}
 	oldS := done("old_pass", start)
 	if s.ref != nil {
@@ -306,7 +307,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	}
 	if s.cfg.MemoryPass {
 		start = time.Now()
-		if err := s.memory(file, rows, trajs, out); err != nil {
+		if err := s.memory(file, rows, trajs, pCtx, out); err != nil {
 			return err
 		}
 		passes = append(passes, "memory_per_old", done("memory_pass", start)/oldS)
@@ -322,9 +323,78 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	return nil
 }
 
-// memory fills p_mem, p_full and mem_golds of every memory turn of the shard.
-func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Rollout, out []format.Logprob) error {
-	plan, err := planMemory(file, trajs, s.targets, s.policy.Config.MaxPositions)
+// oldPass scores every response under the old policy and, with PCtx, P_ctx of every
+// memory turn (contextPass). pCtx is by row, nil without PCtx.
+func (s *state) oldPass(file string, rows []format.Rollout, pairs []qwen2.Pair, sc qwen2.ScoreConfig) (old [][]float32, pCtx []*float32, err error) {
+	if s.cfg.MemoryPass && s.cfg.PCtx {
+		return contextPass(s.policy, file, rows, pairs, s.targets, sc)
+	}
+	scored, err := s.policy.PrefixLogProbs(pairs, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("logprob: %s: old pass: %w", file, err)
+	}
+	old = make([][]float32, len(pairs))
+	for i := range scored {
+		old[i] = scored[i].LogProbs
+	}
+	return old, nil, nil
+}
+
+// contextPass is the old pass with P_ctx: every response pairs[i] (row i's) scored under
+// m and, for every memory turn, the gold answer after the turn's own context, which the
+// response continues too, so both go into one set of prefix trees (qwen2.PrefixTrees)
+// and the answer copies cost their own tokens only. The copies are scored at
+// temperature 1, the responses at sc's. pCtx is by row, nil for a row without a memory.
+func contextPass(m *qwen2.Model, file string, rows []format.Rollout, pairs []qwen2.Pair, targets map[string]target, sc qwen2.ScoreConfig) (old [][]float32, pCtx []*float32, err error) {
+	all, ctxRow := slices.Clone(pairs), map[int]int{} // pair index → row of its P_ctx
+	for i := range rows {
+		r := &rows[i]
+		if !hasMemory(r) {
+			continue
+		}
+		tg := targets[r.UID]
+		if n := len(r.PromptIDs) + len(tg.ids); n > m.Config.MaxPositions {
+			return nil, nil, fmt.Errorf("logprob: %s: %s: P_ctx needs %d positions (prompt %d + answer %d), the model has %d: %w",
+				file, where(i, r), n, len(r.PromptIDs), len(tg.ids), m.Config.MaxPositions, ErrContext)
+		}
+		ctxRow[len(all)] = i
+		all = append(all, qwen2.Pair{Context: pairs[i].Context, Response: tg.ids})
+	}
+	trees, members := qwen2.PrefixTrees(all)
+	for t, idx := range members {
+		for b, i := range idx {
+			if row, ok := ctxRow[i]; ok {
+				br := &trees[t].Branches[b]
+				br.From += targets[rows[row].UID].from // a*'s tokens only
+				br.Temperature = 1
+			}
+		}
+	}
+	lps, err := m.BranchLogProbs(trees, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("logprob: %s: old pass: %w", file, err)
+	}
+	old, pCtx = make([][]float32, len(pairs)), make([]*float32, len(rows))
+	for i := range old {
+		old[i] = []float32{}
+	}
+	for t, idx := range members {
+		for b, i := range idx {
+			if row, ok := ctxRow[i]; ok {
+				v := float32(geoMean(lps[t][b]))
+				pCtx[row] = &v
+			} else {
+				old[i] = lps[t][b]
+			}
+		}
+	}
+	return old, pCtx, nil
+}
+
+// memory fills p_mem, p_full and p_ctx (scored by oldPass) and mem_golds of every
+// memory turn of the shard.
+func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Rollout, pCtx []*float32, out []format.Logprob) error {
+	plan, err := planMemory(file, trajs, s.targets, s.policy.Config.MaxPositions, s.cfg.PFull)
 	if err != nil {
 		return fmt.Errorf("logprob: %w", err)
 	}
@@ -333,16 +403,19 @@ func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Roll
 	if err != nil {
 		return fmt.Errorf("logprob: %s: memory pass: %w", file, err)
 	}
+	if pCtx == nil {
+		pCtx = make([]*float32, len(rows))
+	}
 	for i := range rows {
 		for _, c := range []struct {
 			name string
 			p    *float32
-		}{{"p_mem", pMem[i]}, {"p_full", pFull[i]}} {
+		}{{"p_mem", pMem[i]}, {"p_full", pFull[i]}, {"p_ctx", pCtx[i]}} {
 			if c.p != nil && !isFinite(*c.p) {
 				return fmt.Errorf("logprob: %s: %s: %s = %v: %w", file, where(i, &rows[i]), c.name, *c.p, ErrNonFinite)
 			}
 		}
-		out[i].PMem, out[i].PFull = pMem[i], pFull[i]
+		out[i].PMem, out[i].PFull, out[i].PCtx = pMem[i], pFull[i], pCtx[i]
 		golds := s.targets[rows[i].UID].golds
 		out[i].Objectives = int32(len(golds))
 		if hasMemory(&rows[i]) {

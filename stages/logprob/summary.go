@@ -8,24 +8,88 @@ import (
 	"github.com/mempo/mempo/internal/stats"
 )
 
-// memSplit accumulates the memory pass's figures of one class of memories.
-type memSplit struct {
-	pMem, pFull, rMem []float64 // rMem = P_mem − P_full, the default memory reward
+// baselines are the memory reward's baselines the stage scores, by the name summary
+// figures give them: P_full (the default) and P_ctx.
+var baselines = []struct {
+	name string
+	of   func(*format.Logprob) *float32
+}{
+	{"full", func(l *format.Logprob) *float32 { return l.PFull }},
+	{"ctx", func(l *format.Logprob) *float32 { return l.PCtx }},
+}
+
+// memStats accumulates the figures of one baseline b over the memories that have it:
+// P_mem, b and R^M = P_mem − b, all together and split by what each memory holds.
+type memStats struct {
+	n, above   float64
+	pMem, base []float64
+	split      map[string]*memSplit
+}
+
+type memSplit struct{ pMem, base, r []float64 }
+
+func newMemStats() *memStats {
+	m := &memStats{split: map[string]*memSplit{}}
+	for _, h := range format.HoldsClasses {
+		m.split[h] = &memSplit{}
+	}
+	return m
+}
+
+func (m *memStats) add(row *format.Logprob, b float64) {
+	pm := float64(*row.PMem)
+	m.n++
+	m.pMem, m.base = append(m.pMem, pm), append(m.base, b)
+	if pm > b {
+		m.above++
+	}
+	if h := row.Holds(); h != "" {
+		s := m.split[h]
+		s.pMem, s.base, s.r = append(s.pMem, pm), append(s.base, b), append(s.r, pm-b)
+	}
+}
+
+// figures writes m's figures for baseline name: p_<name>_mean, p_mem_above_<name>_frac,
+// p_<name>_mean_<class> and the memory reward's r<suffix>_mean_<class> and
+// auc_r<suffix>_all_vs_none, where the default baseline's suffix is "_mem" (the
+// figures' names before P_ctx existed) and P_ctx's "_mem_ctx".
+func (m *memStats) figures(out map[string]float64, name string) {
+	if m.n == 0 {
+		return
+	}
+	r := "r_mem"
+	if name != "full" {
+		r += "_" + name
+	}
+	out["p_"+name+"_mean"] = stats.Mean(m.base)
+	out["p_mem_above_"+name+"_frac"] = m.above / m.n
+	for class, s := range m.split {
+		if len(s.pMem) > 0 {
+			out["p_"+name+"_mean_"+class] = stats.Mean(s.base)
+			out[r+"_mean_"+class] = stats.Mean(s.r)
+		}
+	}
+	all, none := m.split[format.HoldsAll], m.split[format.HoldsNone]
+	if len(all.r) > 0 && len(none.r) > 0 {
+		out["auc_"+r+"_all_vs_none"] = stats.AUC(all.r, none.r)
+	}
 }
 
 // summarize is the stage's jobs.Spec.Summarize: what the memory pass found, read back
 // from the finished shards, so the manifest tells at a glance whether memories carry
 // the answer without opening a shard. Figures are split by what the memory holds
-// (format.Logprob.Holds), and auc_*_all_vs_none says how well P_mem and R^M = P_mem − P_full rank
-// memories holding every gold answer above those holding none (0.5 is chance) — whether
-// the memory reward measures what MemPO claims it measures. With rolls, the rollouts
-// shard i of outputs scored, it also reports the sampling drift (see drift).
+// (format.Logprob.Holds), and auc_*_all_vs_none says how well P_mem and R^M = P_mem − b
+// rank memories holding every gold answer above those holding none (0.5 is chance) —
+// whether the memory reward measures what MemPO claims it measures — for each baseline
+// b scored (P_full, P_ctx). With rolls, the rollouts shard i of outputs scored, it also
+// reports the sampling drift (see drift).
 func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[string]float64, error) {
-	var turns, memories, above, sumMem, sumFull, oldTokens, sumOld float64
+	var turns, oldTokens, sumOld float64
 	var gap drift
-	split := map[string]*memSplit{}
-	for _, h := range format.HoldsClasses {
-		split[h] = &memSplit{}
+	mem := newMemStats() // P_mem itself, as against a baseline of 0
+	base := make([]*memStats, len(baselines))
+	for k := range base {
+		base[k] = newMemStats()
 	}
 	for i, o := range outputs {
 		path := filepath.Join(dir, o.File)
@@ -58,19 +122,14 @@ func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[
 				sumOld += float64(v)
 			}
 			oldTokens += float64(len(row.OldLogprobs))
-			if row.PMem == nil || row.PFull == nil {
+			if row.PMem == nil {
 				continue
 			}
-			pm, pf := float64(*row.PMem), float64(*row.PFull)
-			memories++
-			sumMem += pm
-			sumFull += pf
-			if pm > pf {
-				above++
-			}
-			if h := row.Holds(); h != "" {
-				s := split[h]
-				s.pMem, s.pFull, s.rMem = append(s.pMem, pm), append(s.pFull, pf), append(s.rMem, pm-pf)
+			mem.add(&row, 0)
+			for k, b := range baselines {
+				if v := b.of(&row); v != nil {
+					base[k].add(&row, float64(*v))
+				}
 			}
 		}
 		err = r.Err()
@@ -79,28 +138,26 @@ func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[
 			return nil, fmt.Errorf("summarize %s: %w", path, err)
 		}
 	}
-	out := map[string]float64{"turns": turns, "memory_turns": memories}
+	out := map[string]float64{"turns": turns, "memory_turns": mem.n}
 	gap.figures(out)
 	if oldTokens > 0 {
 		out["old_logprob_mean"] = sumOld / oldTokens
 	}
-	if memories > 0 {
-		out["p_mem_mean"] = sumMem / memories
-		out["p_full_mean"] = sumFull / memories
-		out["p_mem_above_full_frac"] = above / memories
+	if mem.n > 0 {
+		out["p_mem_mean"] = stats.Mean(mem.pMem)
 	}
-	for class, s := range split {
+	for class, s := range mem.split {
 		out["memories_"+class] = float64(len(s.pMem))
 		if len(s.pMem) > 0 {
 			out["p_mem_mean_"+class] = stats.Mean(s.pMem)
-			out["p_full_mean_"+class] = stats.Mean(s.pFull)
-			out["r_mem_mean_"+class] = stats.Mean(s.rMem)
 		}
 	}
-	all, none := split[format.HoldsAll], split[format.HoldsNone]
+	all, none := mem.split[format.HoldsAll], mem.split[format.HoldsNone]
 	if len(all.pMem) > 0 && len(none.pMem) > 0 {
 		out["auc_p_mem_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
-		out["auc_r_mem_all_vs_none"] = stats.AUC(all.rMem, none.rMem)
+	}
+	for k, b := range baselines {
+		base[k].figures(out, b.name)
 	}
 	return out, nil
 }

@@ -15,19 +15,20 @@ func ptr[T any](v T) *T { return &v }
 // AUC of P_mem and of R^M = P_mem − P_full between memories holding every answer and
 // memories holding none.
 func TestSummarizeSplit(t *testing.T) {
-	mem := func(turn int32, pMem, pFull float32, golds int32) format.Logprob {
+	mem := func(turn int32, pMem, pFull, pCtx float32, golds int32) format.Logprob {
 		return format.Logprob{UID: "q", Turn: turn, OldLogprobs: []float32{-1}, RefLogprobs: []float32{-1},
-			PMem: &pMem, PFull: &pFull, MemGolds: ptr(golds), Objectives: 2}
+			PMem: &pMem, PFull: &pFull, PCtx: &pCtx, MemGolds: ptr(golds), Objectives: 2}
 	}
 	rows := []format.Logprob{
 		// Binary fractions, so that R^M ties are exact in float32.
-		mem(0, 0.5, 0.125, 2),   // all: R^M 0.375
-		mem(1, 0.375, 0.25, 2),  // all: R^M 0.125
-		mem(2, 0.25, 0.0625, 1), // some
-		mem(3, 0.4375, 0.25, 0), // none: R^M 0.1875, P_mem above one "all" memory
-		mem(4, 0.125, 0, 0),     // none: R^M 0.125, ties the second "all" memory
+		mem(0, 0.5, 0.125, 0.5, 2),   // all: R^M 0.375, with P_ctx 0
+		mem(1, 0.375, 0.25, 0.25, 2), // all: R^M 0.125, with P_ctx 0.125
+		mem(2, 0.25, 0.0625, 0, 1),   // some
+		mem(3, 0.4375, 0.25, 0.5, 0), // none: R^M 0.1875, P_mem above one "all" memory; with P_ctx −0.0625
+		mem(4, 0.125, 0, 0, 0),       // none: R^M 0.125, ties the second "all" memory; with P_ctx 0.125
 		{UID: "q", Turn: 5, OldLogprobs: []float32{-1}, RefLogprobs: []float32{-1}, Objectives: 2}, // no memory
 	}
+	rows[4].PCtx = nil // scored without P_ctx: counted for P_full only
 	dir := filepath.Join(t.TempDir(), "lp")
 	d, err := formattest.WriteDataset(dir, "test", [][]format.Logprob{rows})
 	if err != nil {
@@ -45,6 +46,12 @@ func TestSummarizeSplit(t *testing.T) {
 		"auc_p_mem_all_vs_none": 0.75,
 		// R^M: 0.375 beats both; 0.125 ties 0.125, loses to 0.1875 → 2.5/4.
 		"auc_r_mem_all_vs_none": 0.625,
+		"p_full_mean":           0.6875 / 5, "p_mem_above_full_frac": 1,
+		// P_ctx over the first four: 0.5, 0.25, 0 and 0.5.
+		"p_ctx_mean": 0.3125, "p_mem_above_ctx_frac": 0.5, "p_ctx_mean_all": 0.375,
+		"r_mem_ctx_mean_all": 0.0625, "r_mem_ctx_mean_none": -0.0625,
+		// R^M with P_ctx: 0 and 0.125 both beat −0.0625.
+		"auc_r_mem_ctx_all_vs_none": 1,
 	} {
 		if g, ok := got[name]; !ok || math.Abs(g-want) > 1e-6 {
 			t.Errorf("summary[%q] = %v (present %v), want %v", name, g, ok, want)

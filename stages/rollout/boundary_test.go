@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -23,8 +24,9 @@ import (
 //     exactly when the observation is, and the dataset passes format's row invariants;
 //   - the history the memory pass scores P_full after (logprob.History) equals, token for
 //     token, the full agent's context at that turn, for every memory turn;
-//   - the log-prob stage scores the real rows: every memory turn gets p_mem, p_full and
-//     mem_golds, and the oracle's answering memory holds every gold answer.
+//   - the log-prob stage scores the real rows: every memory turn gets p_mem, p_full, p_ctx
+//     and mem_golds, and the oracle's answering memory holds every gold answer; a first
+//     turn's p_ctx equals its p_full, both conditioned on the prompt alone.
 func TestRolloutsFeedMemoryPass(t *testing.T) {
 	f := testFixture(t)
 	dir := t.TempDir()
@@ -99,7 +101,7 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 	}
 
 	cfg := logprob.DefaultConfig()
-	cfg.TokenBudget, cfg.Chunk = 2048, 64
+	cfg.TokenBudget, cfg.Chunk, cfg.PCtx = 2048, 64, true
 	out := filepath.Join(dir, "logprobs")
 	in := logprob.Inputs{Rollouts: mempoDir, Prompts: f.train, Policy: f.policy, Ref: f.policy}
 	res, err := logprob.Run(context.Background(), cfg, in, jobs.Spec{Out: out})
@@ -108,7 +110,7 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 	}
 	// The oracle's first memory is empty and its answering memory complete, so the
 	// summary splits the memories both ways and ranks them.
-	for _, k := range []string{"memories_all", "memories_none", "auc_r_mem_all_vs_none"} {
+	for _, k := range []string{"memories_all", "memories_none", "auc_r_mem_all_vs_none", "auc_r_mem_ctx_all_vs_none"} {
 		if res.Manifest.Metrics[k] <= 0 {
 			t.Errorf("logprobs manifest %s = %v, want > 0", k, res.Manifest.Metrics[k])
 		}
@@ -119,8 +121,10 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 	}
 	for i, l := range lps {
 		r := rows[i]
-		if (r.MemEnd > r.MemStart) != (l.PMem != nil && l.PFull != nil && l.MemGolds != nil) {
-			t.Errorf("uid %s sample %d turn %d: memory span [%d, %d) but p_mem %v p_full %v mem_golds %v", r.UID, r.Sample, r.Turn, r.MemStart, r.MemEnd, l.PMem, l.PFull, l.MemGolds)
+		if (r.MemEnd > r.MemStart) != (l.PMem != nil && l.PFull != nil && l.PCtx != nil && l.MemGolds != nil) {
+			t.Errorf("uid %s sample %d turn %d: memory span [%d, %d) but p_mem %v p_full %v p_ctx %v mem_golds %v", r.UID, r.Sample, r.Turn, r.MemStart, r.MemEnd, l.PMem, l.PFull, l.PCtx, l.MemGolds)
+		} else if r.Turn == 0 && l.PCtx != nil && math.Abs(float64(*l.PCtx-*l.PFull)) > 1e-5 {
+			t.Errorf("uid %s sample %d turn 0: p_ctx %v, p_full %v, want equal: both condition on the prompt alone", r.UID, r.Sample, *l.PCtx, *l.PFull)
 		}
 		if r.Action == string(protocol.Answer) && l.Holds() != format.HoldsAll {
 			t.Errorf("uid %s sample %d: the oracle's answering memory %q holds %v of %d gold answers, want all", r.UID, r.Sample, r.Memory, l.MemGolds, l.Objectives)
