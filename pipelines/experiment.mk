@@ -27,6 +27,10 @@ ADV_FLAGS_grpo      ?= --mem-coef 0
 LOGPROB_FLAGS_grpo  ?= --memory-pass=false
 ADV_FLAGS_nobase    ?= --mem-coef 1 --mem-baseline none
 ADV_FLAGS_turnpool  ?= --mem-coef 1 --mem-pool turn
+# The memory reward against the context each memory was written from, P_ctx, instead of
+# the full history's P_full: a memory pass of 0.4 old passes instead of about 1.2.
+ADV_FLAGS_ctxbase     ?= --mem-coef 1 --mem-baseline context
+LOGPROB_FLAGS_ctxbase ?= --p-full=false --p-ctx
 ADV_FLAGS_emall     ?= --mem-coef 1
 SCORE_FLAGS_emall   ?= --reward em-all
 ADV_FLAGS_subem     ?= --mem-coef 1

@@ -102,6 +102,7 @@ type Turn struct {
 	PromptLen   int      `json:"prompt_tokens"`
 	PMem        *float32 `json:"p_mem,omitempty"`
 	PFull       *float32 `json:"p_full,omitempty"`
+	PCtx        *float32 `json:"p_ctx,omitempty"`
 	MemGolds    *int32   `json:"mem_golds,omitempty"`
 	Objectives  int32    `json:"objectives,omitempty"`
 	MemReward   *float32 `json:"mem_reward,omitempty"`
@@ -192,7 +193,7 @@ func (s *store) question(rel, uid string) (*Question, error) {
 			Tokens: len(r.ResponseIDs), PromptLen: len(r.PromptIDs), GoldsInMem: goldsIn(r.Memory, q.Golds),
 		}
 		if lp := lpBy[key{r.Sample, r.Turn}]; lp != nil {
-			t.PMem, t.PFull, t.MemGolds, t.Objectives = lp.PMem, lp.PFull, lp.MemGolds, lp.Objectives
+			t.PMem, t.PFull, t.PCtx, t.MemGolds, t.Objectives = lp.PMem, lp.PFull, lp.PCtx, lp.MemGolds, lp.Objectives
 		}
 		if a := advBy[key{r.Sample, r.Turn}]; a != nil {
 			t.MemReward, t.AdvMemory = a.MemReward, a.AdvMemory

@@ -95,9 +95,9 @@ func makeRun(t testing.TB, dir string, sp spec) {
 						a.Advantages = append(a.Advantages, float32(s)-0.5+0.01*float32(i))
 					}
 					if r.Memory != "" {
-						pm, pf, mg := 0.5+0.01*float32(tn), float32(0.25), int32(len(goldsIn(r.Memory, prompts[q].Golds)))
+						pm, pf, pc, mg := 0.5+0.01*float32(tn), float32(0.25), float32(0.125), int32(len(goldsIn(r.Memory, prompts[q].Golds)))
 						mr, am := pm-pf, float32(tn)
-						l.PMem, l.PFull, l.MemGolds = &pm, &pf, &mg
+						l.PMem, l.PFull, l.PCtx, l.MemGolds = &pm, &pf, &pc, &mg
 						a.MemReward, a.AdvMemory = &mr, &am
 					}
 					lps[sh] = append(lps[sh], l)

@@ -161,8 +161,8 @@ func TestQuestion(t *testing.T) {
 		t.Errorf("sample 1 turn 0 memory %q response %q, want them to hold %q", tr.Turns[0].Memory, tr.Turns[0].Response, evil)
 	}
 	t1 := got.Trajectories[0].Turns[1]
-	if t1.PMem == nil || *t1.PMem != float32(0.51) || t1.PFull == nil || *t1.PFull != 0.25 {
-		t.Errorf("turn 1 P_mem %v P_full %v, want 0.51 and 0.25", t1.PMem, t1.PFull)
+	if t1.PMem == nil || *t1.PMem != float32(0.51) || t1.PFull == nil || *t1.PFull != 0.25 || t1.PCtx == nil || *t1.PCtx != 0.125 {
+		t.Errorf("turn 1 P_mem %v P_full %v P_ctx %v, want 0.51, 0.25 and 0.125", t1.PMem, t1.PFull, t1.PCtx)
 	}
 	if t1.MemReward == nil || *t1.MemReward != float32(0.51)-0.25 || t1.AdvMemory == nil || *t1.AdvMemory != 1 {
 		t.Errorf("turn 1 mem reward %v adv memory %v, want 0.26 and 1", t1.MemReward, t1.AdvMemory)

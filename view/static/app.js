@@ -207,7 +207,7 @@ function scoreLine(s) {
 function turnCard(group, uid, sample, t, golds, target) {
   const figs = [];
   const add = (name, v, d) => { if (v !== undefined && v !== null) figs.push(name + ' ' + fmt(v, d)); };
-  add('P_mem', t.p_mem, 4); add('P_full', t.p_full, 4); add('mem reward', t.mem_reward); add('A_mem', t.adv_memory); add('A_out', t.adv_outcome);
+  add('P_mem', t.p_mem, 4); add('P_full', t.p_full, 4); add('P_ctx', t.p_ctx, 4); add('mem reward', t.mem_reward); add('A_mem', t.adv_memory); add('A_out', t.adv_outcome);
   if (t.mem_golds !== undefined && t.mem_golds !== null) figs.push('golds held ' + t.mem_golds + '/' + t.objectives);
   const id = 's' + sample + 't' + t.turn;
   return el('div', { className: 'turn' + (target === sample + '.' + t.turn ? ' target' : ''), id },
