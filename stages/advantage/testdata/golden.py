@@ -13,7 +13,7 @@ this in float32; the Go test allows 1e-6 for that and for summation order. One r
 trajectory is fed to it (MemPO's group is the n trajectories of a question, not their turns),
 then each turn of a trajectory carries its trajectory's advantage.
 
-The memory part follows DESIGN.md section 7: R^M = P_mem - b; A^M normalised over the
+The memory part follows DESIGN.md section 7: R^M = P_mem - b (b = P_full, P_ctx, 0 or a constant); A^M normalised over the
 question's memories (or per turn index), unbiased std, epsilon 1e-6, zero for a pool of
 fewer than two values or all values equal; per token A^T + coef*A^M on the <mem> span,
 A^T elsewhere, rounded to float32.
@@ -114,7 +114,9 @@ def compute(cfg, scores, turns):
     for i, t in enumerate(turns):
         if "mem" not in t:
             continue
-        b = t["p_full"] if base == "full" else 0.0 if base == "none" else float(base.split(":", 1)[1])
+        b = {"full": t.get("p_full"), "context": t.get("p_ctx"), "none": 0.0}.get(base)
+        if b is None:
+            b = float(base.split(":", 1)[1])
         mem_reward[i] = t["p_mem"] - b
         key = (t["uid"], t["turn"] if cfg["mem_pool"] == "turn" else -1)
         pools[key].append(i)
@@ -141,12 +143,17 @@ CONFIGS = [
     {"no_std_norm": False, "mem_baseline": "full", "mem_pool": "question", "mem_coef": 1.0},
     {"no_std_norm": True, "mem_baseline": "const:0.25", "mem_pool": "turn", "mem_coef": 0.5},
     {"no_std_norm": False, "mem_baseline": "none", "mem_pool": "question", "mem_coef": 0.0},
+    {"no_std_norm": False, "mem_baseline": "context", "mem_pool": "turn", "mem_coef": 1.0},
 ]
 
 
 def main():
     rng = random.Random(6)
     scores, turns = make_batch(rng)
+    ctx = random.Random(7)  # P_ctx from its own stream, so the other columns stay as they were
+    for t in turns:
+        if "mem" in t:
+            t["p_ctx"] = ctx.random()
     doc = {
         "scores": scores,
         "turns": turns,
