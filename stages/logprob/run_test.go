@@ -318,3 +318,28 @@ func TestRunResume(t *testing.T) {
 		t.Errorf("resumed output digest %s, uninterrupted %s: want identical", b, a)
 	}
 }
+
+// TestRunWithoutPFull: --p-ctx without the memory pass is a configuration error, and
+// a history too long for P_full stops the stage only when P_full is scored.
+func TestRunWithoutPFull(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	cfg := testConfig()
+	cfg.MemoryPass, cfg.PCtx = false, true
+	if _, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "bad")}); !errors.Is(err, ErrConfig) {
+		t.Errorf("--p-ctx without the memory pass: Run = %v, want ErrConfig", err)
+	}
+	f.rolls[0][0].ObservationIDs = make([]int32, 4090)
+	f.dir = t.TempDir()
+	f.writeInputs(t)
+	if _, err := Run(context.Background(), testConfig(), f.in, jobs.Spec{Out: filepath.Join(f.dir, "full")}); !errors.Is(err, ErrContext) {
+		t.Fatalf("history too long with P_full: Run = %v, want ErrContext", err)
+	}
+	cfg = testConfig()
+	cfg.PFull, cfg.PCtx = false, true
+	_, got := f.run(t, cfg, "ctx", jobs.Spec{})
+	for _, r := range got {
+		if r.PFull != nil {
+			t.Fatalf("%s: p_full %v with --p-full=false", key(r), *r.PFull)
+		}
+	}
+}
