@@ -2,12 +2,14 @@
 // rollout turn, the per-token log-probs of the response under the old (rollout) policy
 // and the frozen reference, and MemPO's memory pass — P_mem and P_full, the geometric
 // mean probability of the gold answer after each memory and after the complete
-// un-pruned history (arXiv 2603.00680).
+// un-pruned history (arXiv 2603.00680), and optionally P_ctx, after the pruned context
+// the turn was generated from.
 //
 // The memory pass is built to cost no more than the old-log-prob pass (MemPO's
 // reference code spends 1.5–2×): all P_full of a trajectory come from one forward over
 // the stitched trajectory with the answer copies masked to their prefixes, and all
-// P_mem of one prompt share a single forward over that prompt (qwen2.Tree).
+// P_mem of one prompt share a single forward over that prompt (qwen2.Tree). P_ctx
+// costs only its answer copies, which branch off the old pass's own contexts.
 package logprob
 
 import (
