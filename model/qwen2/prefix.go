@@ -36,10 +36,14 @@ func (m *Model) PrefixLogProbs(pairs []Pair, cfg ScoreConfig) ([]Scored, error) 
 
 // PrefixTrees groups the pairs with a response into the trees PrefixLogProbs scores:
 // members[t][b] is the pair whose response branch b of tree t scores. Contexts are
-// sorted, and the sorted run is split where splitting saves more trunk tokens than
-// keeping one group over the run's common prefix (bestSplit); each group's trunk is
-// its common prefix, and each branch holds the rest of its context and its response,
-// scored from the response on.
+// sorted, and a context that is a prefix of the next one in that order joins its tree:
+// each tree's trunk is the longest context of such a chain, and each of its branches is
+// a response continuing the trunk where its own context ends, scored whole. So a
+// context runs once however many responses continue it, and one that extends another
+// (the full-context agent's turns, a turn's context after the bare prompt) reruns none
+// of it. What distinct trunks share, such as the prompt of a GRPO group, BranchLogProbs
+// runs once per batch (see trunks), so the trees do not split contexts into a shared
+// trunk and per-pair branches, which would run as padded rows.
 func PrefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
 	var contexts [][]int64
 	var scored []int // pairs with a response, in contexts' order
@@ -48,18 +52,21 @@ func PrefixTrees(pairs []Pair) (trees []Tree, members [][]int) {
 			contexts, scored = append(contexts, p.Context), append(scored, i)
 		}
 	}
-	runs, shared := prefixRuns(contexts)
-	for g, run := range runs {
-		tr := Tree{Trunk: contexts[run[0]][:shared[g]]}
+	order, lcp := sortedPrefixes(contexts)
+	first := 0
+	for k, c := range order {
+		if k < len(lcp) && lcp[k] == len(contexts[c]) {
+			continue // a prefix of the next context
+		}
+		tr := Tree{Trunk: contexts[c]}
 		var group []int
-		for _, k := range run {
-			p := pairs[scored[k]]
-			rest := p.Context[shared[g]:]
-			ids := slices.Concat(rest, p.Response)
-			tr.Branches = append(tr.Branches, Branch{Prefix: shared[g], IDs: ids, From: len(rest)})
-			group = append(group, scored[k])
+		for _, j := range order[first : k+1] {
+			p := pairs[scored[j]]
+			tr.Branches = append(tr.Branches, Branch{Prefix: len(p.Context), IDs: p.Response})
+			group = append(group, scored[j])
 		}
 		trees, members = append(trees, tr), append(members, group)
+		first = k + 1
 	}
 	return trees, members
 }

@@ -32,7 +32,8 @@ func TestBestSplit(t *testing.T) {
 // TestPrefixLogProbsMatchLogProbs scores pairs that share prefixes in every way the
 // grouping must handle — prompts shared by samples, contexts that are prefixes of
 // others, duplicates, no shared token, empty responses — against LogProbs, pair by
-// pair; tolerance 1e-5 absolute (only the GEMM shapes differ).
+// pair; tolerance 1e-5 absolute (only the GEMM shapes differ). Then it checks the
+// trees PrefixTrees makes of them.
 func TestPrefixLogProbsMatchLogProbs(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -75,8 +76,19 @@ func TestPrefixLogProbsMatchLogProbs(t *testing.T) {
 			}
 		}
 	}
-	trees, _ := PrefixTrees(pairs)
-	if len(trees) > 4 {
-		t.Errorf("%d trees for 3 prompts and a pair that shares nothing, want at most 4", len(trees))
+	// Each sample's turns extend one another, so its contexts are one trunk's prefixes:
+	// one tree per sample (the bare prompt joins one of them), and one for the pair that
+	// shares nothing.
+	trees, members := PrefixTrees(pairs)
+	if len(trees) != 3*4+1 {
+		t.Errorf("%d trees for 3 prompts × 4 samples and a pair that shares nothing, want 13", len(trees))
+	}
+	for i, tr := range trees {
+		for b, br := range tr.Branches {
+			p := pairs[members[i][b]]
+			if !slices.Equal(tr.Trunk[:br.Prefix], p.Context) || !slices.Equal(br.IDs, p.Response) || br.From != 0 {
+				t.Errorf("tree %d branch %d: not pair %d's response after its context", i, b, members[i][b])
+			}
+		}
 	}
 }

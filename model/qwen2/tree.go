@@ -11,9 +11,9 @@ import (
 )
 
 // TreeLogProbTensor is LogProbTensor for pairs whose contexts share leading tokens,
-// with gradients: the pairs are grouped over their shared context prefixes as
-// PrefixLogProbs groups them (prefixRuns), each group's shared prefix, its trunk,
-// runs once through a trunk forward, and every pair's branch, the rest of its context
+// with gradients: the pairs are grouped over their shared context prefixes
+// (prefixRuns), each group's shared prefix, its trunk, runs once through a trunk
+// forward, and every pair's branch, the rest of its context
 // and its response, runs in a branch forward whose queries read their trunk's keys and
 // values (sharedKV). Autograd sees one graph: a trunk token's gradient sums over every
 // branch that attends to it. A GRPO group's samples share the prompt, and a turn's
