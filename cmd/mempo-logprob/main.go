@@ -38,7 +38,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.Chunk, cli.IntFlag{Name: "chunk", Category: "Log-probs", Usage: "positions whose [chunk, vocab] logits exist at once"}),
 		app.Float64(&cfg.Temperature, cli.Float64Flag{Name: "temperature", Category: "Log-probs", Usage: "the rollouts' sampling temperature; divides the logits of the old and reference passes"}),
 		app.Bool(&cfg.MemoryPass, cli.BoolFlag{Name: "memory-pass", Category: "Log-probs", Usage: "compute p_mem, and the baselines --p-full and --p-ctx select, for every turn with a memory (--memory-pass=false leaves them null)"}),
-		app.Bool(&cfg.PFull, cli.BoolFlag{Name: "p-full", Category: "Log-probs", Usage: "compute p_full, the answer's probability after the full un-pruned history (mempo-advantage --mem-baseline full, the default); about an old pass's work, --p-full=false skips it"}),
+		app.Bool(&cfg.PFull, cli.BoolFlag{Name: "p-full", Category: "Log-probs", Usage: "compute p_full, the answer's probability after the full un-pruned history (mempo-advantage --mem-baseline full, the default); more than an old pass's work, --p-full=false skips it"}),
 		app.Bool(&cfg.PCtx, cli.BoolFlag{Name: "p-ctx", Category: "Log-probs", Usage: "compute p_ctx, the answer's probability after the turn's own pruned context (mempo-advantage --mem-baseline context): answer copies in the old pass, a fraction of its work"}),
 		torchflag.Device(&cfg.Device),
 		torchflag.DType(&cfg.DType),

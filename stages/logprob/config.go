@@ -50,7 +50,7 @@ type Config struct {
 	// and PCtx select; off, all three are null in every row.
 	MemoryPass bool `json:"memory_pass"`
 	// PFull computes p_full, the default baseline of the memory reward, with the memory
-	// pass: one forward over each trajectory's stitched history, about an old pass's
+	// pass: one forward over each trajectory's stitched history, more than an old pass's
 	// tokens.
 	PFull bool `json:"p_full"`
 	// PCtx computes p_ctx, the answer's probability after the turn's own pruned context,
