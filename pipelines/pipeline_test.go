@@ -192,9 +192,11 @@ func TestPipeline(t *testing.T) {
 	if two.Micro < 2 {
 		t.Errorf("mempo iter-1 update on two processes: %d micro-batches, want several to deal", two.Micro)
 	}
-	if math.Abs(two.PPOKL) > 1e-6 || math.Abs(two.Entropy-plain.Entropy)/plain.Entropy > 1e-5 || two.Tokens != plain.Tokens {
-		t.Errorf("mempo iter-1 update on two processes: ppo_kl %g, entropy %v over %d tokens; want |ppo_kl| <= 1e-6 and one process's %v over %d",
-			two.PPOKL, two.Entropy, two.Tokens, plain.Entropy, plain.Tokens)
+	// ppo_kl compares with the log-prob stage's values, which batch the tokens otherwise,
+	// so it has the bound of the one-process update's (samePolicyKL).
+	if bound := samePolicyKL(); math.Abs(two.PPOKL) > bound || math.Abs(two.Entropy-plain.Entropy)/plain.Entropy > 1e-5 || two.Tokens != plain.Tokens {
+		t.Errorf("mempo iter-1 update on two processes: ppo_kl %g, entropy %v over %d tokens; want |ppo_kl| <= %g and one process's %v over %d",
+			two.PPOKL, two.Entropy, two.Tokens, bound, plain.Entropy, plain.Tokens)
 	}
 
 	if out := make("run"); strings.Contains(out, bin) {
