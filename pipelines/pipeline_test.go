@@ -240,10 +240,12 @@ func firstStep(t *testing.T, dir string) (m struct {
 	return m
 }
 
-// TestExperiment runs pipelines/experiment.mk on a toy size — two variants × two seeds ×
-// one iteration on one shared task — and checks the aggregation end to end: the report
-// names both seeds, gives every policy an interval, and compares mempo against the grpo
-// baseline; the curves have their spread over seeds. A second make runs no stage.
+// TestExperiment runs pipelines/experiment.mk on a toy size — three variants × two
+// seeds × one iteration on one shared task — and checks the aggregation end to end: the
+// report names both seeds, gives every policy an interval, and compares mempo against the
+// grpo baseline; the curves have their spread over seeds. A second make runs no stage.
+// The third variant, ctxbase, runs the harness's predefined flags for the context
+// baseline through the log-prob, advantage and update binaries.
 func TestExperiment(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinaries(t, dir)
@@ -253,7 +255,7 @@ func TestExperiment(t *testing.T) {
 		args := append([]string{"--no-print-directory", "-j2", "-C", "..", "-f", "pipelines/experiment.mk", "BIN=" + bin, "EXP_DIR=" + exp,
 			"SEEDS=1 2", "ITERS=1", "BOOTSTRAP=200"}, tiny...)
 		// The protocol path is relative to the repository root here.
-		cmd := exec.Command("make", append(args, "PROTOCOL=pipelines/demo-protocol.json", "run")...)
+		cmd := exec.Command("make", append(args, "PROTOCOL=pipelines/demo-protocol.json", "VARIANTS=mempo grpo ctxbase", "run")...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("make run: %v\n%s", err, out)
@@ -266,10 +268,21 @@ func TestExperiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mempo | 2 | 2 |", "| grpo | 2 | 2 |", "| sft | 4 | 2 |", "vs grpo", "seed1", "seed2"} {
+	for _, want := range []string{"| mempo | 2 | 2 |", "| grpo | 2 | 2 |", "| ctxbase | 2 | 2 |", "| sft | 4 | 2 |", "vs grpo", "seed1", "seed2"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
+	}
+	lp, err := format.ReadManifest(filepath.Join(exp, "seed-1", "ctxbase", "iter-1", "logprobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scored struct {
+		PFull bool `json:"p_full"`
+		PCtx  bool `json:"p_ctx"`
+	}
+	if err := json.Unmarshal(lp.Config, &scored); err != nil || scored.PFull || !scored.PCtx {
+		t.Errorf("ctxbase log-probs: config %s (%v), want p_ctx scored and p_full not", lp.Config, err)
 	}
 	csv, err := os.ReadFile(filepath.Join(report, "results.csv"))
 	if err != nil {
