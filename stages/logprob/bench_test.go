@@ -198,7 +198,7 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 	var pairs []qwen2.Pair
 	tokens := 0
 	for _, r := range rows {
-		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+		pairs = append(pairs, turnPair(&r))
 		tokens += len(r.PromptIDs) + len(r.ResponseIDs)
 	}
 	d := DefaultConfig()
@@ -335,7 +335,7 @@ func benchOldPass(b *testing.B, preset string, layers int) {
 	var pairs []qwen2.Pair
 	tokens, scored := 0, 0
 	for _, r := range rows {
-		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+		pairs = append(pairs, turnPair(&r))
 		tokens += len(r.PromptIDs) + len(r.ResponseIDs)
 		scored += len(r.ResponseIDs)
 	}

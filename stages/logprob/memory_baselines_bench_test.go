@@ -50,7 +50,7 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 	var old []qwen2.Pair
 	var mems []int // rows with a memory
 	for i, r := range rows {
-		old = append(old, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+		old = append(old, turnPair(&r))
 		if hasMemory(&rows[i]) {
 			mems = append(mems, i)
 		}

@@ -262,7 +262,7 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 		if err := s.check(file, i, r); err != nil {
 			return err
 		}
-		pairs[i] = qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)}
+		pairs[i] = turnPair(r)
 		tokens += int64(len(r.PromptIDs) + len(r.ResponseIDs))
 	}
 	out := make([]format.Logprob, len(rows))
@@ -326,30 +326,30 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 // oldPass scores every response under the old policy and, with PCtx, P_ctx of every
 // memory turn (contextPass). pCtx is by row, nil without PCtx.
 func (s *state) oldPass(file string, rows []format.Rollout, pairs []qwen2.Pair, sc qwen2.ScoreConfig) (old [][]float32, pCtx []*float32, err error) {
-	if s.cfg.MemoryPass && s.cfg.PCtx {
-		return contextPass(s.policy, file, rows, pairs, s.targets, sc)
+	targets := s.targets
+	if !s.cfg.MemoryPass || !s.cfg.PCtx {
+		targets = nil
 	}
-	scored, err := s.policy.PrefixLogProbs(pairs, sc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("logprob: %s: old pass: %w", file, err)
-	}
-	old = make([][]float32, len(pairs))
-	for i := range scored {
-		old[i] = scored[i].LogProbs
-	}
-	return old, nil, nil
+	return contextPass(s.policy, file, rows, pairs, targets, sc)
+}
+
+// turnPair is what the old and reference passes score of a rollout turn: its response
+// after its context.
+func turnPair(r *format.Rollout) qwen2.Pair {
+	return qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)}
 }
 
 // contextPass is the old pass with P_ctx: every response pairs[i] (row i's) scored under
 // m and, for every memory turn, the gold answer after the turn's own context, which the
 // response continues too, so both go into one set of prefix trees (qwen2.PrefixTrees)
 // and the answer copies cost their own tokens only. The copies are scored at
-// temperature 1, the responses at sc's. pCtx is by row, nil for a row without a memory.
+// temperature 1, the responses at sc's. pCtx is by row, nil for a row without a memory;
+// with nil targets there are no copies and pCtx is nil (the trees are PrefixLogProbs').
 func contextPass(m *qwen2.Model, file string, rows []format.Rollout, pairs []qwen2.Pair, targets map[string]target, sc qwen2.ScoreConfig) (old [][]float32, pCtx []*float32, err error) {
 	all, ctxRow := slices.Clone(pairs), map[int]int{} // pair index → row of its P_ctx
 	for i := range rows {
 		r := &rows[i]
-		if !hasMemory(r) {
+		if targets == nil || !hasMemory(r) {
 			continue
 		}
 		tg := targets[r.UID]
@@ -374,7 +374,10 @@ func contextPass(m *qwen2.Model, file string, rows []format.Rollout, pairs []qwe
 	if err != nil {
 		return nil, nil, fmt.Errorf("logprob: %s: old pass: %w", file, err)
 	}
-	old, pCtx = make([][]float32, len(pairs)), make([]*float32, len(rows))
+	old = make([][]float32, len(pairs))
+	if targets != nil {
+		pCtx = make([]*float32, len(rows))
+	}
 	for i := range old {
 		old[i] = []float32{}
 	}

@@ -196,7 +196,7 @@ func TestRunRefPass(t *testing.T) {
 	rows := slices.Concat(f.rolls...)
 	var pairs []qwen2.Pair
 	for _, r := range rows {
-		pairs = append(pairs, qwen2.Pair{Context: qwen2.Tokens(r.PromptIDs), Response: qwen2.Tokens(r.ResponseIDs)})
+		pairs = append(pairs, turnPair(&r))
 	}
 	want, err := m.LogProbs(pairs, qwen2.ScoreConfig{})
 	if err != nil {
