@@ -240,6 +240,26 @@ func firstStep(t *testing.T, dir string) (m struct {
 	return m
 }
 
+// TestExperimentSeedsInTurn checks make's rule database: each seed waits for the one
+// before it in SEEDS (an order-only prerequisite), so no two seeds' SFTs share the cores.
+func TestExperimentSeedsInTurn(t *testing.T) {
+	out, _ := exec.Command("make", "--no-print-directory", "-C", "..", "-f", "pipelines/experiment.mk", "-pq",
+		"SEEDS=3 1 2", "EXP_DIR="+t.TempDir(), "no-such-target").Output() // -q exits non-zero
+	rules := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := regexp.MustCompile(`^(seed-\d+):(.*)$`).FindStringSubmatch(line); m != nil {
+			rules[m[1]] = m[2]
+		}
+	}
+	for seed, after := range map[string]string{"seed-3": "", "seed-1": "seed-3", "seed-2": "seed-1"} {
+		rule, ok := rules[seed]
+		_, order, _ := strings.Cut(rule, "|")
+		if !ok || strings.TrimSpace(order) != after {
+			t.Errorf("rule %s:%s; want it after %q only", seed, rule, after)
+		}
+	}
+}
+
 // TestExperiment runs pipelines/experiment.mk on a toy size — three variants × two
 // seeds × one iteration on one shared task — and checks the aggregation end to end: the
 // report names both seeds, gives every policy an interval, and compares mempo against the
