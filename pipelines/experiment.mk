@@ -74,9 +74,9 @@ $(foreach s,$(SEEDS),seed-$(s)): seed-%: $(INDEX)/mempo_index.json
 	+$(MAKE) --no-print-directory -f pipelines/mempo.mk RUN_DIR=$(EXP_DIR)/seed-$* SEED=$* TASK=$(TASK) INDEX=$(INDEX) \
 	  TASK_SEED=$(TASK_SEED) VARIANTS="$(VARIANTS)" BIN=$(BIN) eval-parts
 
-# Seeds run one after another, each with the make's jobs: a seed's SFT takes both cores
+# Seeds run one after another, each with all of make's jobs: a seed's SFT takes both cores
 # (--threads 2 in SFT_FLAGS), and two SFTs side by side ran 2.6x slower than one after
-# the other here (0.25 steps/s each against 1.2-1.4 alone: their OpenMP teams oversubscribe
+# the other here (0.25 steps/s each against 1.15-1.42 alone: their OpenMP teams oversubscribe
 # the cores). Each seed after the first waits for the one before it in SEEDS.
 SEED_PAIRS := $(join $(wordlist 1,$(words $(SEEDS)),first $(SEEDS)),$(addprefix :,$(SEEDS)))
 $(foreach p,$(filter-out first:%,$(SEED_PAIRS)),$(eval seed-$(lastword $(subst :, ,$(p))): | seed-$(firstword $(subst :, ,$(p)))))

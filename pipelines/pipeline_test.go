@@ -246,10 +246,8 @@ func TestExperimentSeedsInTurn(t *testing.T) {
 	out, _ := exec.Command("make", "--no-print-directory", "-C", "..", "-f", "pipelines/experiment.mk", "-pq",
 		"SEEDS=3 1 2", "EXP_DIR="+t.TempDir(), "no-such-target").Output() // -q exits non-zero
 	rules := map[string]string{}
-	for _, line := range strings.Split(string(out), "\n") {
-		if m := regexp.MustCompile(`^(seed-\d+):(.*)$`).FindStringSubmatch(line); m != nil {
-			rules[m[1]] = m[2]
-		}
+	for _, m := range regexp.MustCompile(`(?m)^(seed-\d+):(.*)$`).FindAllStringSubmatch(string(out), -1) {
+		rules[m[1]] = m[2]
 	}
 	for seed, after := range map[string]string{"seed-3": "", "seed-1": "seed-3", "seed-2": "seed-1"} {
 		rule, ok := rules[seed]
