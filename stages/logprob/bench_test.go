@@ -76,9 +76,10 @@ func BenchmarkLogprobPasses(b *testing.B) {
 
 // BenchmarkLogprobPassesRun is BenchmarkLogprobPasses on a pipeline run's real
 // rollouts: MEMPO_BENCH_RUN names a `make demo` run directory (runs/demo), whose
-// first MemPO iteration's rollouts are scored with the training prompts' golds as
-// targets after the demo protocol's memory probe, as the stage scores them, by the
-// SFT checkpoint that generated them (model=sft, as policy and reference) and by a
+// first MemPO iteration's rollouts (MEMPO_BENCH_ITER: another's) are scored with the
+// training prompts' golds as targets after the demo protocol's memory probe, as the
+// stage scores them, by the checkpoint that generated them (model=sft, or
+// model=iter-k for iteration k+1's, as policy and reference) and by a
 // randomly initialised model of Qwen2.5-0.5B's widths and vocabulary with two layers
 // (seed 1) in the checkpoint's precision (model=0.5b-shape-2l, without the
 // one-sequence-per-probability pass, which would take minutes). At the wider shape
@@ -93,12 +94,13 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 	if run == "" {
 		b.Skip("MEMPO_BENCH_RUN is unset: point it at a `make demo` run directory (runs/demo)")
 	}
-	s := runState(b, filepath.Join(run, "sft"), filepath.Join(run, "task", "prompts-train"), 0)
+	iter, policy, name := runIteration(b, run)
+	s := runState(b, policy, filepath.Join(run, "task", "prompts-train"), 0)
 	defer s.drop()
-	rows := readAll[format.Rollout](b, filepath.Join(run, "mempo", "iter-1", "rollouts"))
+	rows := readAll[format.Rollout](b, filepath.Join(iter, "rollouts"))
 	rows = firstQuestions(b, rows, envInt(b, "MEMPO_BENCH_QUESTIONS", 0))
 	layers := envInt(b, "MEMPO_BENCH_LAYERS", 2)
-	b.Run("model=sft", func(b *testing.B) { benchPasses(b, s.policy, s.policy, rows, s.targets, true) })
+	b.Run("model="+name, func(b *testing.B) { benchPasses(b, s.policy, s.policy, rows, s.targets, true) })
 	b.Run(fmt.Sprintf("model=0.5b-shape-%dl", layers), func(b *testing.B) {
 		c, err := qwen2.Preset("qwen2.5-0.5b-shape", 0)
 		if err != nil {
@@ -115,6 +117,20 @@ func BenchmarkLogprobPassesRun(b *testing.B) {
 		}
 		benchPasses(b, m, m, rows, s.targets, false)
 	})
+}
+
+// runIteration is the MemPO iteration of run that MEMPO_BENCH_ITER names (default 1)
+// and the policy that generated its rollouts: the SFT checkpoint, or the previous
+// iteration's update.
+func runIteration(b *testing.B, run string) (iter, policy, name string) {
+	it := envInt(b, "MEMPO_BENCH_ITER", 1)
+	iter = filepath.Join(run, "mempo", fmt.Sprintf("iter-%d", it))
+	policy, name = filepath.Join(run, "sft"), "sft"
+	if it > 1 {
+		name = fmt.Sprintf("iter-%d", it-1)
+		policy = filepath.Join(run, "mempo", name, "policy")
+	}
+	return iter, policy, name
 }
 
 // runState is the stage's state over a `make demo` run's policy, as policy and
@@ -188,7 +204,10 @@ func firstQuestions(b *testing.B, rows []format.Rollout, n int) []format.Rollout
 // trees, and the old pass's growth when P_ctx's answer copies join its trees, oldctx/old). memtok/oldtok is the ratio of the tokens the two passes
 // compute (qwen2.BranchTokens: repeated branches once, a trunk root several trees of
 // one batch share counted for each): the memory pass's cost in old passes were every token to cost
-// the same. Each time is the fastest of the b.N runs of that pass: the minimum drops
+// the same. memfloor/oldtok is about the least an exact memory pass computes
+// by itself (distinctPrefixes: every prefix that branches share computed once, at any depth, no
+// padding) against the same old-pass tokens, and memfloor/oldfloor against the old
+// pass's own least. Each time is the fastest of the b.N runs of that pass: the minimum drops
 // the time other processes took from a shared machine.
 func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, targets map[string]target, separate bool) {
 	trajs, err := format.Trajectories(rows)
@@ -278,7 +297,65 @@ func benchPasses(b *testing.B, policy, ref *qwen2.Model, rows []format.Rollout, 
 		b.Fatal(err)
 	}
 	oldTrees, _ := qwen2.PrefixTrees(pairs)
-	b.ReportMetric(float64(qwen2.BranchTokens(slices.Concat(plan.full, plan.mem)))/float64(qwen2.BranchTokens(oldTrees)), "memtok/oldtok")
+	oldTok := float64(qwen2.BranchTokens(oldTrees))
+	b.ReportMetric(float64(qwen2.BranchTokens(slices.Concat(plan.full, plan.mem)))/oldTok, "memtok/oldtok")
+	floor := float64(distinctPrefixes(treeSequences(slices.Concat(plan.full, plan.mem))))
+	b.ReportMetric(floor/oldTok, "memfloor/oldtok")
+	b.ReportMetric(floor/float64(distinctPrefixes(treeSequences(oldTrees))), "memfloor/oldfloor")
+}
+
+// treeSequences is every branch of trees as the sequence it scores: its trunk prefix,
+// then its tokens.
+func treeSequences(trees []qwen2.Tree) [][]int64 {
+	var out [][]int64
+	for _, t := range trees {
+		for _, br := range t.Branches {
+			out = append(out, slices.Concat(t.Trunk[:br.Prefix], br.IDs))
+		}
+	}
+	return out
+}
+
+// distinctPrefixes is the least any exact pass over seqs computes: each distinct
+// prefix once, however many sequences share it — the nodes of their prefix tree, a
+// pass that shares every common prefix at every depth and pads nothing. In sorted
+// order each sequence adds what it does not share with the one before it.
+func distinctPrefixes(seqs [][]int64) int {
+	sorted := slices.Clone(seqs)
+	slices.SortFunc(sorted, slices.Compare)
+	n := 0
+	for i, s := range sorted {
+		n += len(s)
+		if i > 0 {
+			prev := sorted[i-1]
+			k := 0
+			for k < len(prev) && k < len(s) && prev[k] == s[k] {
+				k++
+			}
+			n -= k
+		}
+	}
+	return n
+}
+
+// TestDistinctPrefixes checks the benchmarks' floor of exact scoring: every distinct
+// prefix of the sequences counted once, at any depth of sharing.
+func TestDistinctPrefixes(t *testing.T) {
+	for _, c := range []struct {
+		seqs [][]int64
+		want int
+	}{
+		{nil, 0},
+		{[][]int64{{1, 2, 3}}, 3},
+		{[][]int64{{1, 2, 3}, {1, 2, 3}}, 3},                       // a repeat adds nothing
+		{[][]int64{{1, 2}, {1, 2, 3, 4}}, 4},                       // a prefix of another
+		{[][]int64{{1, 2, 5}, {1, 2, 3, 4}, {1, 9}}, 6},            // 1 · 2 · {5, 3·4} · 9
+		{[][]int64{{1, 2, 3, 7}, {4}, {1, 2, 3, 8}, {1, 2, 6}}, 7}, // sharing at two depths, any order
+	} {
+		if got := distinctPrefixes(c.seqs); got != c.want {
+			t.Errorf("distinctPrefixes(%v) = %d, want %d", c.seqs, got, c.want)
+		}
+	}
 }
 
 // BenchmarkOldPass is the old-log-prob pass as the stage runs it (DefaultConfig's token

@@ -3,7 +3,6 @@ package logprob
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -35,12 +34,7 @@ func BenchmarkMemoryBaselines(b *testing.B) {
 	if run == "" {
 		b.Skip("MEMPO_BENCH_RUN is unset: point it at a `make demo` run directory (runs/demo)")
 	}
-	it := envInt(b, "MEMPO_BENCH_ITER", 1)
-	iter := filepath.Join(run, "mempo", fmt.Sprintf("iter-%d", it))
-	policy := filepath.Join(run, "sft")
-	if it > 1 {
-		policy = filepath.Join(run, "mempo", fmt.Sprintf("iter-%d", it-1), "policy")
-	}
+	iter, policy, _ := runIteration(b, run)
 	s := runState(b, policy, filepath.Join(run, "task", "prompts-train"), stageTemperature(b, filepath.Join(iter, "logprobs")))
 	defer s.drop()
 	rows := readAll[format.Rollout](b, filepath.Join(iter, "rollouts"))
