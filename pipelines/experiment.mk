@@ -78,7 +78,10 @@ $(foreach s,$(SEEDS),seed-$(s)): seed-%: $(INDEX)/mempo_index.json
 # (--threads 2 in SFT_FLAGS), and two SFTs side by side ran 2.6x slower than one after
 # the other here (0.25 steps/s each against 1.15-1.42 alone: their OpenMP teams oversubscribe
 # the cores). Each seed after the first waits for the one before it in SEEDS.
+# SEED_PAIRS pairs each seed with the one before it (first:3 3:1 1:2 for SEEDS="3 1 2"); it is
+# the harness's own, so the seed runs do not get it in their environment.
 SEED_PAIRS := $(join $(wordlist 1,$(words $(SEEDS)),first $(SEEDS)),$(addprefix :,$(SEEDS)))
+unexport SEED_PAIRS
 $(foreach p,$(filter-out first:%,$(SEED_PAIRS)),$(eval seed-$(lastword $(subst :, ,$(p))): | seed-$(firstword $(subst :, ,$(p)))))
 
 # The report reads the seeds' cached datasets only (a few seconds), so it always runs.
