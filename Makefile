@@ -1,12 +1,16 @@
 # mempo — build, test, benchmark and demo entry points.
 # `make demo` and `make test` work on a fresh clone: Go fetches modules, build/libtorch.sh
-# fetches the pinned libtorch 2.1.2 once into ~/.cache/mempo (LIBTORCH=/path overrides).
+# fetches the pinned libtorch 2.11.0 (from the torch==2.11.0 wheel) once into ~/.cache/mempo.
+# LIBTORCH=python builds against the libtorch of python3's own torch package (PYTHON picks
+# another interpreter), LIBTORCH=/path against any libtorch 2.x install.
 #
-# CUDA=1 (or LIBTORCH_CUDA=1) builds for GPUs: build/libtorch.sh then fetches the same
-# torch wheel's CUDA libraries and the NVIDIA runtime wheels it pins (about 2.6 GB, once)
-# into ~/.cache/mempo/libtorch-2.1.2-cu121, and `make build CUDA=1` writes the binaries to
-# bin/cuda/, so a CPU binary is never taken for a GPU one; pipelines run them with
-# BIN=bin/cuda. Without it everything uses the CPU build, as `make test` and CI do.
+# CUDA=1 (or LIBTORCH_CUDA=1) builds for GPUs: build/libtorch.sh then also keeps the same
+# wheel's CUDA libraries (libtorch_cuda, libc10_cuda) in ~/.cache/mempo/libtorch-2.11.0-cu13,
+# enough to link; the binaries run where torch 2.11 with CUDA 13 is installed, whose NVIDIA
+# libraries they load. `make build CUDA=1` writes them to bin/cuda/, so a CPU binary is never
+# taken for a GPU one; pipelines run them with BIN=bin/cuda. On a GPU machine with torch
+# installed, LIBTORCH=python CUDA=1 builds against that torch instead. Without either,
+# everything uses the CPU build, as `make test` and CI do.
 
 SHELL := /bin/bash
 GO_TORCH := build/go.sh
@@ -30,7 +34,7 @@ endif
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/...
 
-.PHONY: all build check-cuda-build test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check demo experiment libtorch fixtures clean
+.PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check demo experiment libtorch fixtures clean
 
 all: build
 
@@ -39,7 +43,17 @@ fixtures:
 	@build/fixtures.sh >/dev/null
 
 libtorch:
-	@if [ -n "$$LIBTORCH" ]; then echo "using LIBTORCH=$$LIBTORCH"; else build/libtorch.sh >/dev/null; fi
+	@build/libtorch.sh >/dev/null
+
+# Every test against another libtorch: TORCH=2.15.0 (the other pinned release, fetched once
+# like the default: about 560 MB), TORCH=python (python3's own torch) or TORCH=/path. Not
+# part of `make test` or CI: the first build of gotch's C++ layer against a new libtorch
+# takes about 3 minutes, and the whole run as long as test-torch.
+TORCH ?= 2.15.0
+check-libtorch: fixtures
+	@case "$(TORCH)" in [0-9]*) export LIBTORCH_VERSION=$(TORCH); unset LIBTORCH;; *) export LIBTORCH=$(TORCH);; esac; \
+	build/libtorch.sh >/dev/null && \
+	$(GO_TORCH) vet ./... && $(GO_TORCH) test -count=1 -timeout 40m ./...
 
 build: libtorch
 	@mkdir -p $(BIN)
@@ -87,8 +101,8 @@ bench: libtorch fixtures
 
 # The README's speed table: mempo's benchmarks against PyTorch/transformers on the same shapes and
 # thread counts, as a markdown ratio table (build/bench_compare/run.sh). The first run
-# installs torch 2.1.2 into ~/.cache/mempo/bench-venv (about 2.5 GB from PyPI); without
-# a CPython 3.8-3.11 with venv and pip it says so and skips. ITERS=n, BENCH='regexp'.
+# installs torch 2.11.0 into ~/.cache/mempo/bench-venv (about 3 GB from PyPI); without
+# a CPython 3.10-3.14 with venv and pip it says so and skips. ITERS=n, BENCH='regexp'.
 bench-compare: libtorch
 	@build/bench_compare/run.sh
 

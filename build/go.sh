@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# Run the go command with cgo pointed at libtorch 2.1: the pinned cache from libtorch.sh,
-# or $LIBTORCH when set (any libtorch 2.1 install, e.g. a CUDA build on a GPU machine).
-# Nothing in the Go module cache is edited: every flag travels through CGO_* variables.
+# Run the go command with cgo pointed at a libtorch 2.x: the one build/libtorch.sh names
+# (the pinned 2.11.0 by default; LIBTORCH=python for the user's own PyTorch, or a path).
+# Nothing in the Go module cache is edited: every flag travels through CGO_* variables and
+# CXX. gotch v0.9.1's C++ layer was generated against libtorch 2.1; what a newer one needs
+# comes from build/torch_compat.h (force-included) and, where the headers ask for C++20
+# while gotch's cgo directive says -std=c++17, from the compiler wrapper build/cxx.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-if [[ -z ${LIBTORCH:-} ]]; then
-  LIBTORCH=$("$here/libtorch.sh")
-fi
-[[ -f $LIBTORCH/include/torch/csrc/api/include/torch/version.h ]] ||
-  { echo "libtorch: $LIBTORCH has no include/torch/csrc/api/include/torch/version.h; LIBTORCH must point at a libtorch 2.1 install" >&2; exit 1; }
-ver=$(sed -n 's/^#define TORCH_VERSION_MINOR \([0-9]*\)/\1/p;s/^#define TORCH_VERSION_MAJOR \([0-9]*\)/\1./p' \
-  "$LIBTORCH/include/torch/csrc/api/include/torch/version.h" | tr -d '\n')
-[[ $ver == 2.1 ]] || { echo "libtorch: $LIBTORCH is version $ver; gotch v0.9.1 needs 2.1" >&2; exit 1; }
+LIBTORCH=$("$here/libtorch.sh")
+export LIBTORCH
+
+# The version: torch/headeronly/version.h from 2.9 on, torch/csrc/api/.../version.h before.
+ver=""
+for h in include/torch/headeronly/version.h include/torch/csrc/api/include/torch/version.h; do
+  [[ -f $LIBTORCH/$h ]] || continue
+  ver=$(sed -n 's/^#define TORCH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' "$LIBTORCH/$h" | paste -sd.)
+  [[ -n $ver ]] && break
+done
+[[ $ver == 2.* ]] || { echo "libtorch: $LIBTORCH is version '${ver:-unknown}'; mempo builds against libtorch 2.x" >&2; exit 1; }
+# The torch package's TestVersion checks that the binary runs on the libtorch it was built for.
+export MEMPO_LIBTORCH_VERSION=$ver
 
 # gotch's libtch/lib.go names CUDA libraries unconditionally; on machines without them,
 # empty stand-ins satisfy the linker and --as-needed keeps them out of the binary.
@@ -26,23 +34,36 @@ if [[ ! -f $stub/.complete ]]; then
   touch "$stub/.complete"
 fi
 
-# PyPI wheels use the pre-C++11 ABI; official cxx11-abi libtorch zips do not. Only c10's
-# own symbols tell: the wheel's libc10 also exports libstdc++ clones naming __cxx11.
-# (grep -q here used to race: nm killed by SIGPIPE failed the pipeline, unless nm had
-# already written everything, as it sometimes does on a busy machine.)
+# Official cxx11-abi libtorch zips and the wheels from 2.7 on use the C++11 ABI; older
+# wheels do not. Only c10's own symbols tell: a pre-C++11-ABI libc10 also exports
+# libstdc++ clones naming __cxx11. (grep -q here used to race: nm killed by SIGPIPE failed
+# the pipeline, unless nm had already written everything.)
 abi=0
 if [[ $(nm -D --defined-only "$LIBTORCH/lib/libc10.so" 2>/dev/null | grep -c ' _ZN3c10.*__cxx11') != 0 ]]; then abi=1; fi
+
+# The C++ standard the headers require: torch/all.h refuses anything below C++20 from 2.13.
+std=c++17
+if grep -q '__cplusplus < 202002L' "$LIBTORCH/include/torch/csrc/api/include/torch/all.h" 2>/dev/null; then
+  std=c++20
+  export MEMPO_CXX_STD=$std MEMPO_CXX=${CXX:-g++}
+  export CXX=$here/cxx.sh
+fi
 
 lib=$LIBTORCH/lib
 ldflags="-L$lib -Wl,-rpath,$lib -Wl,--as-needed"
 if [[ -f $lib/libtorch_cuda.so ]]; then
-  # Nothing references libtorch_cuda directly; force it in so CUDA kernels register.
-  ldflags+=" -Wl,--no-as-needed -ltorch_cuda -ltorch -Wl,--as-needed"
+  # Nothing references libtorch_cuda directly; force it in so CUDA kernels register. Its
+  # own NVIDIA libraries (cuDNN, cuBLAS, NCCL...) are found at run time through its RPATH
+  # (a Python torch) or LD_LIBRARY_PATH, and may be absent when linking (a CUDA=1 build).
+  ldflags+=" -Wl,--no-as-needed -ltorch_cuda -ltorch -Wl,--as-needed -Wl,--allow-shlib-undefined"
 fi
 ldflags+=" -L$stub"
 
+# The Go build cache keys cgo packages by their flags, not by headers outside the package:
+# the defines below key it by the libtorch version, the standard and our two files' content.
+compat=$(cat "$here/torch_compat.h" "$here/cxx.sh" | sha256sum | cut -c1-12)
 export CGO_ENABLED=1
-export CGO_CFLAGS="-I$LIBTORCH/include -D_GLIBCXX_USE_CXX11_ABI=$abi"
-export CGO_CXXFLAGS="-I$LIBTORCH/include -I$LIBTORCH/include/torch/csrc/api/include -D_GLIBCXX_USE_CXX11_ABI=$abi -Wno-deprecated-declarations"
+export CGO_CFLAGS="-I$LIBTORCH/include"
+export CGO_CXXFLAGS="-I$LIBTORCH/include -I$LIBTORCH/include/torch/csrc/api/include -D_GLIBCXX_USE_CXX11_ABI=$abi -DMEMPO_TORCH_VERSION=$ver -DMEMPO_CXX_STD=$std -DMEMPO_COMPAT=$compat -include $here/torch_compat.h -Wno-deprecated-declarations"
 export CGO_LDFLAGS="$ldflags"
 exec go "$@"

@@ -1,19 +1,19 @@
 # The project's cached Python environment, sourced by the scripts that need one
-# (build/bench_compare/run.sh, build/ecosystem/check.sh): torch 2.1.2, transformers
+# (build/bench_compare/run.sh, build/ecosystem/check.sh): torch 2.11.0, transformers
 # 4.44.2 and the Arrow readers of requirements.txt, in ~/.cache/mempo/bench-venv
-# (MEMPO_CACHE moves it), made by venv_install with a CPython 3.8–3.11 (PYTHON picks
+# (MEMPO_CACHE moves it), made by venv_install with a CPython 3.10–3.14 (PYTHON picks
 # one). A venv is complete once .complete equals requirements.txt.
 
 venv_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 venv_cache=${MEMPO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mempo}
 venv=$venv_cache/bench-venv
 
-# venv_python prints the first interpreter torch 2.1.2 has wheels for (CPython 3.8–3.11).
+# venv_python prints the first interpreter torch 2.11.0 has wheels for (CPython 3.10–3.14).
 venv_python() {
   local p
-  for p in ${PYTHON:-} python3.11 python3.10 python3.9 python3.8 python3; do
+  for p in ${PYTHON:-} python3.12 python3.11 python3.13 python3.10 python3.14 python3; do
     if command -v "$p" >/dev/null 2>&1 &&
-      "$p" -c 'import sys; sys.exit(not (3, 8) <= sys.version_info[:2] <= (3, 11))' 2>/dev/null; then
+      "$p" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 14))' 2>/dev/null; then
       command -v "$p"
       return
     fi
@@ -39,10 +39,10 @@ venv_install() {
     echo "pip could not complete $venv (package index unreachable?); log in $log" >&2
     return 1
   fi
-  py=$(venv_python) || { echo "no CPython 3.8–3.11 found (torch 2.1.2 has wheels for no other); set PYTHON=/path/to/python3.11" >&2; return 1; }
+  py=$(venv_python) || { echo "no CPython 3.10–3.14 found (torch 2.11.0 has wheels for no other); set PYTHON=/path/to/python3.12" >&2; return 1; }
   "$py" -c 'import venv, ensurepip' 2>/dev/null ||
     { echo "$py cannot make a virtual environment with pip (install python3-venv)" >&2; return 1; }
-  echo "installing torch 2.1.2 and transformers 4.44.2 into $venv (once; about 2.5 GB from PyPI)" >&2
+  echo "installing torch 2.11.0 and transformers 4.44.2 into $venv (once; about 3 GB from PyPI)" >&2
   rm -rf "$venv.tmp"
   if ! { "$py" -m venv "$venv.tmp" &&
     "$venv.tmp/bin/python" -m pip install --no-cache-dir --progress-bar off -r "$venv_here/requirements.txt"; } >"$log" 2>&1; then

@@ -5,9 +5,10 @@
 # report ($OUT/report.md when OUT is set, else runs/gpu-check/report.md) in which every
 # section has its status (pass, fail or skip) and time:
 #
-#   libtorch   a CUDA libtorch 2.1: LIBTORCH, else LIBTORCH_CUDA=1 build/libtorch.sh
-#              (cached, or fetched when PyPI answers), else the torch/ of a Python
-#              environment with torch 2.1 (the bench venv, GPU_CHECK_PYTHON, python3)
+#   libtorch   a CUDA libtorch 2.x: LIBTORCH (a path, or python: python3's torch), else
+#              the torch/ of a Python environment whose torch has CUDA (the bench venv,
+#              GPU_CHECK_PYTHON, python3), else LIBTORCH_CUDA=1 build/libtorch.sh (the
+#              pinned wheel's CUDA libraries; its NVIDIA libraries must then be installed)
 #   build      the test binaries of model/qwen2, train and stages/update, and the
 #              binaries (make build CUDA=1: bin/cuda), compiled at once
 #   parity     TestDeviceParity (logits, log-probs, greedy generation) and
@@ -27,8 +28,8 @@
 # seconds are left than it needs, and killed when it would run past the budget.
 #
 # PyTorch is optional. The script never installs it unless told: GPU_CHECK_WHEELS=dir
-# installs torch 2.1.2 and transformers 4.44.2 offline from a wheel directory (pip
-# download -d dir torch==2.1.2 transformers==4.44.2 'numpy<2' on a machine with
+# installs torch 2.11.0 and transformers 4.44.2 offline from a wheel directory (pip
+# download -d dir torch==2.11.0 transformers==4.44.2 'numpy<2' on a machine with
 # network), GPU_CHECK_INSTALL_TORCH=1 lets build/bench_compare/venv.sh install from
 # PyPI; without torch the table has mempo's side only and the torch section says why.
 #

@@ -18,13 +18,13 @@ cuda() { [[ $GPU_CHECK_DEVICE != cpu ]]; }
 # gpus lists the GPUs nvidia-smi sees, one per line; nothing without one.
 gpus() { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null; }
 
-# torch_dir prints the torch/ directory of python $1 when it holds torch 2.1 with
+# torch_dir prints the torch/ directory of python $1 when it holds a torch 2.x with
 # libtorch_cuda, which is a complete CUDA libtorch (headers included) for build/go.sh.
 torch_dir() {
   "$1" - <<'EOF' 2>/dev/null
 import os, torch
 d = os.path.dirname(torch.__file__)
-if torch.__version__.startswith("2.1.") and os.path.exists(os.path.join(d, "lib", "libtorch_cuda.so")) \
+if torch.__version__.startswith("2.") and os.path.exists(os.path.join(d, "lib", "libtorch_cuda.so")) \
         and os.path.isdir(os.path.join(d, "include", "torch")):
     print(d)
 EOF
@@ -42,7 +42,7 @@ pythons() {
 section_libtorch() {
   local lt=""
   if ! cuda; then
-    lt=${LIBTORCH:-$("$ROOT/build/libtorch.sh")} || fail "build/libtorch.sh failed (the log says why)"
+    lt=$("$ROOT/build/libtorch.sh") || fail "build/libtorch.sh failed (the log says why)"
     echo "$lt" >"$STATE/libtorch.path"
     note "CPU mode: $lt"
     return 0
@@ -50,19 +50,19 @@ section_libtorch() {
   gpus | grep -q . || fail "nvidia-smi lists no GPU (driver missing, or no GPU on this machine)"
   gpus
   if [[ -n ${LIBTORCH:-} ]]; then
-    lt=$LIBTORCH
+    lt=$("$ROOT/build/libtorch.sh") || lt=""
   else
-    echo "trying LIBTORCH_CUDA=1 build/libtorch.sh (cached, or about 2.6 GB from PyPI)"
-    lt=$(LIBTORCH_CUDA=1 timeout 150 "$ROOT/build/libtorch.sh") || lt=""
+    local py
+    while read -r py; do
+      lt=$(torch_dir "$py") && [[ -n $lt ]] && { echo "using the torch/ of $py"; break; }
+    done < <(pythons)
     if [[ -z $lt ]]; then
-      local py
-      while read -r py; do
-        lt=$(torch_dir "$py") && [[ -n $lt ]] && { echo "using the torch/ of $py"; break; }
-      done < <(pythons)
+      echo "no Python with a CUDA torch; trying LIBTORCH_CUDA=1 build/libtorch.sh (cached, or about 560 MB from PyPI)"
+      lt=$(LIBTORCH_CUDA=1 timeout 150 "$ROOT/build/libtorch.sh") || lt=""
     fi
   fi
   [[ -n $lt && -f $lt/lib/libtorch_cuda.so ]] ||
-    fail "no CUDA libtorch 2.1: set LIBTORCH, copy ~/.cache/mempo/libtorch-2.1.2-cu121 (or its wheels in ~/.cache/mempo/.wheels) here, or provide a Python with torch 2.1.2 (GPU_CHECK_PYTHON)"
+    fail "no CUDA libtorch: set LIBTORCH=python (a Python whose torch has CUDA) or LIBTORCH=/path, or provide a Python with torch and CUDA (GPU_CHECK_PYTHON)"
   echo "$lt" >"$STATE/libtorch.path"
   note "$lt; $(gpus | head -1)"
 }
@@ -231,11 +231,11 @@ torch_python() {
     fi
   done < <(pythons)
   if [[ -n ${GPU_CHECK_WHEELS:-} ]]; then
-    echo "installing torch 2.1.2 and transformers 4.44.2 from $GPU_CHECK_WHEELS into $WORK/venv (offline)" >&2
+    echo "installing torch 2.11.0 and transformers 4.44.2 from $GPU_CHECK_WHEELS into $WORK/venv (offline)" >&2
     rm -rf "$WORK/venv"
     if python3 -m venv "$WORK/venv" &&
       "$WORK/venv/bin/python" -m pip install --no-index --find-links "$GPU_CHECK_WHEELS" --progress-bar off \
-        torch==2.1.2 transformers==4.44.2 'numpy<2' >&2 &&
+        torch==2.11.0 transformers==4.44.2 'numpy<2' >&2 &&
       "$WORK/venv/bin/python" -c "$check" "$GPU_CHECK_DEVICE"; then
       echo "$WORK/venv/bin/python"
       return 0

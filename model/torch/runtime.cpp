@@ -60,12 +60,14 @@ class BlockCache final : public c10::Allocator {
     return *c;
   }
 
-  c10::DataPtr allocate(size_t n) const override {
-    void *p = n < kMinBlock ? c10::alloc_cpu(n) : const_cast<BlockCache *>(this)->take(n);
+  c10::DataPtr allocate(size_t n) override {
+    void *p = n < kMinBlock ? c10::alloc_cpu(n) : take(n);
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  void copy_data(void *dest, const void *src, std::size_t n) const override { default_copy_data(dest, src, n); }
 
   // trim unmaps every idle block and restarts the peak.
   void trim() {

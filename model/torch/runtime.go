@@ -54,9 +54,6 @@ func HeapStats() (live, idle int64) {
 	return int64(l), int64(i)
 }
 
-// WantVersion is the libtorch release gotch v0.9.1 is generated against.
-const WantVersion = "2.1.2"
-
 // Version reports the libtorch version the binary is linked with.
 func Version() string { return C.GoString(C.mempo_torch_version()) }
 
@@ -104,7 +101,7 @@ func cudaUsable(name string, idx int, built bool, count int) error {
 	switch {
 	case !built:
 		return fmt.Errorf("torch: device %q: this binary is linked against a CPU-only libtorch; to run on a GPU, build the CUDA "+
-			"binaries with 'make build CUDA=1' (into bin/cuda/), or with LIBTORCH set to a CUDA libtorch 2.1", name)
+			"binaries with LIBTORCH=python (a Python whose torch has CUDA) or 'make build CUDA=1' (into bin/cuda/)", name)
 	case count == 0:
 		return fmt.Errorf("torch: device %q: no CUDA device is visible "+
 			"(CUDA build linked, device count 0; check CUDA_VISIBLE_DEVICES and the driver)", name)
