@@ -20,7 +20,7 @@ for h in include/torch/headeronly/version.h include/torch/csrc/api/include/torch
 done
 [[ $ver == 2.* ]] || { echo "libtorch: $LIBTORCH is version '${ver:-unknown}'; mempo builds against libtorch 2.x" >&2; exit 1; }
 # The torch package's TestVersion checks that the binary runs on the libtorch it was built for.
-export MEMPO_LIBTORCH_VERSION=$ver
+export LIBTORCH_BUILD_VERSION=$ver
 
 # gotch's libtch/lib.go names CUDA libraries unconditionally; on machines without them,
 # empty stand-ins satisfy the linker and --as-needed keeps them out of the binary.
@@ -45,7 +45,8 @@ if [[ $(nm -D --defined-only "$LIBTORCH/lib/libc10.so" 2>/dev/null | grep -c ' _
 std=c++17
 if grep -q '__cplusplus < 202002L' "$LIBTORCH/include/torch/csrc/api/include/torch/all.h" 2>/dev/null; then
   std=c++20
-  export MEMPO_CXX_STD=$std MEMPO_CXX=${CXX:-g++}
+  export LIBTORCH_CXX_STD=$std
+  [[ ${CXX:-} == "$here/cxx.sh" ]] || export LIBTORCH_CXX=${CXX:-g++} # not itself, when nested
   export CXX=$here/cxx.sh
 fi
 

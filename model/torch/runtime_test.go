@@ -12,13 +12,13 @@ import (
 )
 
 // TestVersion: the binary runs on the libtorch build/go.sh built it against (it exports
-// MEMPO_LIBTORCH_VERSION), not on another one found at run time.
+// LIBTORCH_BUILD_VERSION), not on another one found at run time.
 func TestVersion(t *testing.T) {
 	got := Version()
 	if !strings.HasPrefix(got, "2.") {
 		t.Fatalf("Version() = %q, want a libtorch 2.x", got)
 	}
-	if want := os.Getenv("MEMPO_LIBTORCH_VERSION"); want != "" && got != want {
+	if want := os.Getenv("LIBTORCH_BUILD_VERSION"); want != "" && got != want {
 		t.Fatalf("Version() = %q, but build/go.sh built against %q", got, want)
 	}
 }

@@ -24,7 +24,7 @@ func TestDeviceRefusedAtFlagTime(t *testing.T) {
 	if err := os.WriteFile(config, []byte(`{"device": "cuda"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const cpuOnly = `--device: torch: device "cuda": this binary is linked against a CPU-only libtorch; to run on a GPU, build the CUDA binaries with 'make build CUDA=1'`
+	const cpuOnly = `--device: torch: device "cuda": this binary is linked against a CPU-only libtorch; to run on a GPU, build the CUDA binaries with LIBTORCH=python (a Python whose torch has CUDA) or 'make build CUDA=1'`
 	tests := []struct {
 		name string
 		args []string
