@@ -31,6 +31,15 @@ void mempo_torch_set_num_threads(int n) {
 int mempo_torch_cuda_built() { return at::CUDAHooksRegistry()->Has("CUDAHooks"); }
 }
 
+// libtorch 2.1's c10::Allocator::allocate is const and it has no copy_data; later
+// releases (2.11 and 2.15 checked) drop the const and make copy_data pure virtual.
+#define MEMPO_LIBTORCH_2_1 (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR <= 1)
+#if MEMPO_LIBTORCH_2_1
+#define MEMPO_ALLOCATE_CONST const
+#else
+#define MEMPO_ALLOCATE_CONST
+#endif
+
 namespace {
 // BlockCache is the CPU allocator BoundHeap installs: tensor buffers of kMinBlock
 // bytes and more are page-aligned mappings of their own that are kept when their
@@ -60,14 +69,16 @@ class BlockCache final : public c10::Allocator {
     return *c;
   }
 
-  c10::DataPtr allocate(size_t n) override {
-    void *p = n < kMinBlock ? c10::alloc_cpu(n) : take(n);
+  c10::DataPtr allocate(size_t n) MEMPO_ALLOCATE_CONST override {
+    void *p = n < kMinBlock ? c10::alloc_cpu(n) : const_cast<BlockCache *>(this)->take(n);
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
+#if !MEMPO_LIBTORCH_2_1
   void copy_data(void *dest, const void *src, std::size_t n) const override { default_copy_data(dest, src, n); }
+#endif
 
   // trim unmaps every idle block and restarts the peak.
   void trim() {
