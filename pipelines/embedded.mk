@@ -40,9 +40,8 @@ SCORE_FLAGS   ?= --reward em-mean
 ROLLOUT_FLAGS ?= --n 8 --max-turns 8 --max-new-tokens 64 --prompts-per-shard 16 --temperature 0.5 --threads 1
 LOGPROB_FLAGS ?= --temperature 0.5 --threads 1
 UPDATE_FLAGS  ?= --lr 2e-4 --mini-batches 2 --temperature 0.5 --threads 1
-# Evaluations run in float32 whatever the training precision: in bfloat16 on an
-# AVX512-BF16 CPU, 13 of 19 runs of one of the experiment's evaluations decoded
-# wrongly or crashed inside libtorch 2.1.2's oneDNN (README, known defects); float32
-# products take MKL's path.
-EVAL_DTYPE    ?= float32
+# Evaluations run in the training precision. (libtorch 2.1.2's bfloat16 products decoded
+# wrongly or crashed on AVX512-BF16 CPUs, so evaluations ran in float32 until libtorch
+# 2.11.0, where build/bf16_repro.sh's reproducers run clean: README, known issues.)
+EVAL_DTYPE    ?= $(DTYPE)
 EVAL_FLAGS    ?= --limit 32 --max-turns 8 --max-new-tokens 64 --threads 1 --dtype $(EVAL_DTYPE)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,7 +10,6 @@ import (
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/stages/eval"
 	"github.com/mempo/mempo/stages/rollout"
 	"github.com/mempo/mempo/stages/score"
@@ -25,8 +22,6 @@ type evalCmd struct {
 	// roll is how every policy is rolled out: the rollout stage's defaults with the
 	// evaluation's sampling; each job's context policy comes from its --policy.
 	roll rollout.Config
-	// warned holds the policies warnBFloat16 has warned of.
-	warned map[string]bool
 }
 
 func evalCommand() *cli.Command {
@@ -115,40 +110,8 @@ func (e *evalCmd) run(c *cli.Context) error {
 func (e *evalCmd) rollout(ctx context.Context, j eval.Job, spec jobs.Spec) error {
 	cfg := e.roll
 	cfg.Context = j.Policy.Context
-	res, err := rollout.Run(ctx, cfg, rollout.Inputs{Prompts: j.Prompts, Policy: j.Policy.Dir, Index: j.Index}, spec)
-	if err == nil && !res.Hit {
-		e.warnBFloat16(j.Policy.Name, j.Policy.Dir, spec.Log)
-	}
+	_, err := rollout.Run(ctx, cfg, rollout.Inputs{Prompts: j.Prompts, Policy: j.Policy.Dir, Index: j.Index}, spec)
 	return err
-}
-
-// warnBFloat16 warns, once per policy, that a policy was decoded in bfloat16 on the
-// CPU: there libtorch 2.1.2's bfloat16 products have decoded wrongly, silently, or
-// crashed (README, known defect), so an evaluation is safer in float32.
-func (e *evalCmd) warnBFloat16(name, dir string, log *slog.Logger) {
-	if e.roll.Device != "cpu" || e.warned[name] {
-		return
-	}
-	dtype := e.roll.DType
-	if dtype == "" {
-		c, err := qwen2.ReadConfig(filepath.Join(dir, qwen2.ConfigFile))
-		if err != nil {
-			return
-		}
-		dtype = c.TorchDType
-	}
-	if dtype != "bfloat16" {
-		return
-	}
-	if e.warned == nil {
-		e.warned = map[string]bool{}
-	}
-	e.warned[name] = true
-	if log == nil {
-		log = slog.Default()
-	}
-	log.Warn("decoded in bfloat16 on the CPU, where libtorch 2.1.2's bfloat16 products have computed wrong log-probs or crashed (README, known defect); --dtype float32 evaluates in float32",
-		"policy", name)
 }
 
 // scoreRun is the score stage of an evaluation job, with the default reward.

@@ -11,9 +11,9 @@
 // gradients equal one process's to float rounding.
 //
 // Why processes and not threads: at a small model's width two processes of one thread
-// outrun one process of two (the tiny preset's SFT: README), and libtorch 2.1.2's
-// bfloat16 products crash when two threads of one process run them at once (README,
-// known defects), while processes share no libtorch state.
+// outrun one process of two (the tiny preset's SFT: README), and processes share no
+// libtorch state (libtorch 2.1.2's bfloat16 products crashed when two threads of one
+// process ran them at once; README, known issues).
 //
 // A worker is the leader's own executable started again, which must call ServeWorker
 // first thing in main.
