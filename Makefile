@@ -32,7 +32,8 @@ unexport LIBTORCH_CUDA
 BIN := bin
 endif
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
-PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/...
+PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/... \
+	./cmd/mempo-score ./cmd/mempo-advantage ./cmd/internal/stagecmd/score ./cmd/internal/stagecmd/advantage
 
 .PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check demo experiment libtorch fixtures clean
 

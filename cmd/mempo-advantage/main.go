@@ -2,49 +2,18 @@
 // advantages: the GRPO outcome advantage plus λ times the memory advantage on each
 // <mem> span (DESIGN.md §7). Pure arithmetic over cached datasets, so re-running it with
 // new flags re-scores cached rollouts without regenerating them.
+//
+// Its command line is package cmd/internal/stagecmd/advantage; the mempo executable runs it
+// too when invoked under this name (a symlink mempo-advantage -> mempo).
 package main
 
 import (
 	"os"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/stages/advantage"
+	"github.com/mempo/mempo/cmd/internal/stagecmd/advantage"
 )
 
 func main() {
-	cmd := command{cfg: advantage.DefaultConfig()}
-	os.Exit(app.Main(app.New("mempo-advantage", "compute MemPO's outcome + memory advantages per token", cmd.flags(), cmd.run), os.Args))
-}
-
-// command is what mempo-advantage's flags resolve into.
-type command struct {
-	cfg advantage.Config
-	in  advantage.Inputs
-}
-
-func (cmd *command) flags() *app.Flags {
-	cfg, in := &cmd.cfg, &cmd.in
-	return app.Bind(cfg, app.StageFlags(), []app.Flag{
-		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, Usage: "rollouts dataset `DIR` (response lengths and <mem> spans)"}),
-		app.String(&in.Scores, cli.StringFlag{Name: "scores", Category: "Inputs", Required: true, Usage: "scores dataset `DIR` of those rollouts (outcome rewards)"}),
-		app.String(&in.Logprobs, cli.StringFlag{Name: "logprobs", Category: "Inputs", Required: true, Usage: "logprobs dataset `DIR` of those rollouts (p_mem, p_full)"}),
-		app.Bool(&cfg.NoStdNorm, cli.BoolFlag{Name: "no-std-norm", Category: "Advantage", Usage: "outcome advantage R − mean without dividing by the group std (Dr.GRPO)"}),
-		app.Text(&cfg.MemBaseline, cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: cfg.MemBaseline.String(), Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), context (b = P_ctx, scored by mempo-logprob --p-ctx), const:<v>, or none"}, advantage.ParseBaseline),
-		app.Enum(&cfg.MemPool, cli.StringFlag{Name: "mem-pool", Category: "Advantage", Usage: "memory advantage normalisation pool: question (all trajectories × turns of a question) or turn (per turn index)"}, advantage.ParsePool),
-		app.Float64(&cfg.MemCoef, cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO"}),
-	})
-}
-
-func (cmd *command) run(c *cli.Context) error {
-	spec, err := app.StageSpec(c)
-	if err != nil {
-		return err
-	}
-	if err := cmd.cfg.Validate(); err != nil {
-		return app.Usage(err)
-	}
-	_, err = advantage.Run(c.Context, cmd.cfg, cmd.in, spec)
-	return err
+	os.Exit(app.Main(advantage.App(), os.Args))
 }

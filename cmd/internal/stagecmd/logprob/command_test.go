@@ -1,4 +1,4 @@
-package main
+package logprob
 
 import (
 	"testing"
@@ -6,16 +6,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mempo/mempo/cmd/internal/app/apptest"
-	"github.com/mempo/mempo/stages/logprob"
+	stage "github.com/mempo/mempo/stages/logprob"
 )
 
 // TestConfigReplay: the config a logprobs manifest records, fed back through --config,
 // resolves to the same config, the protocol's answer tag and probe included.
 func TestConfigReplay(t *testing.T) {
-	want := logprob.DefaultConfig()
+	want := stage.DefaultConfig()
 	want.TokenBudget, want.Chunk, want.Temperature, want.MemoryPass, want.Device, want.DType = 4096, 64, 0.5, false, "cpu", "float32"
 	want.AnswerOpen, want.AnswerSeparator, want.Probe = "<ans>", " | ", "<think>done</think>"
-	got := command{cfg: logprob.DefaultConfig()}
+	got := command{cfg: stage.DefaultConfig()}
 	apptest.Replay(t, got.flags(), want, "--rollouts", "x", "--policy", "p", "--ref", "r")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)

@@ -1,4 +1,4 @@
-package main
+package rollout
 
 import (
 	"io"
@@ -12,20 +12,20 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/app/apptest"
-	"github.com/mempo/mempo/stages/rollout"
+	stage "github.com/mempo/mempo/stages/rollout"
 )
 
 // TestConfigReplay: the config a rollouts manifest records, the resolved protocol
 // description included, fed back through --config, resolves to the same config.
 func TestConfigReplay(t *testing.T) {
-	want := rollout.DefaultConfig()
+	want := stage.DefaultConfig()
 	want.N, want.Context, want.MaxTurns, want.Temperature, want.TopP, want.TopK = 2, protocol.Mem1, 3, 0.5, 0.9, 20
 	want.MaxNewTokens, want.RetrievalTopK, want.PromptOffset, want.PromptLimit, want.PromptsPerShard = 16, 5, 4, 2, 3
 	want.RetrieverURL, want.Device, want.DType = "http://localhost:8000", "cpu", "float16"
-	want.Engine, want.EngineURL, want.EngineModel = rollout.EngineServer, "http://localhost:8001/v1", "policy"
+	want.Engine, want.EngineURL, want.EngineModel = stage.EngineServer, "http://localhost:8001/v1", "policy"
 	want.Protocol = protocol.Default()
 	want.Protocol.Name, want.Protocol.System = "replayed", "You search."
-	got := command{cfg: rollout.DefaultConfig()}
+	got := command{cfg: stage.DefaultConfig()}
 	apptest.Replay(t, got.flags(), want, "--prompts", "p", "--policy", "c")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)
@@ -49,7 +49,7 @@ func TestFlagRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			dir := t.TempDir()
-			cmd := command{cfg: rollout.DefaultConfig()}
+			cmd := command{cfg: stage.DefaultConfig()}
 			a := app.New("mempo-rollout", "", cmd.flags(), cmd.run)
 			var stderr strings.Builder
 			a.Writer, a.ErrWriter = io.Discard, &stderr

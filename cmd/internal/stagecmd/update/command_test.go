@@ -1,4 +1,4 @@
-package main
+package update
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/app/apptest"
-	"github.com/mempo/mempo/stages/update"
+	stage "github.com/mempo/mempo/stages/update"
 	"github.com/mempo/mempo/train/ppo"
 )
 
@@ -19,13 +19,13 @@ import (
 // through --config, resolves to the same update config, fields without a flag
 // (betas, chunk) included.
 func TestConfigReplay(t *testing.T) {
-	want := update.DefaultConfig()
+	want := stage.DefaultConfig()
 	want.Objective.Clip.Low, want.Objective.Clip.DualC, want.Objective.KL, want.Objective.Agg = 0.1, 5, ppo.KLK1, ppo.AggSeqMeanTokenSum
 	want.Objective.KLCoef, want.Objective.EntropyCoef = 0.01, 0.001
 	want.AdamW.LR, want.AdamW.Beta2, want.AdamW.WarmupSteps = 3e-4, 0.99, 10
 	want.PPOEpochs, want.MiniBatches, want.MicroTokenBudget, want.Temperature = 2, 8, 4096, 0.7
 	want.Chunk, want.Device, want.DType, want.GradCheckpoint = 64, "cpu", "bfloat16", true
-	got := command{cfg: update.DefaultConfig()}
+	got := command{cfg: stage.DefaultConfig()}
 	apptest.Replay(t, got.flags(), want, "--policy", "p", "--ref", "r", "--rollouts", "x", "--logprobs", "l", "--advantages", "a")
 	if diff := cmp.Diff(want, got.cfg); diff != "" {
 		t.Errorf("replayed config (-want +got):\n%s", diff)
@@ -46,7 +46,7 @@ func TestSnapshotEvery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			cmd := command{cfg: update.DefaultConfig()}
+			cmd := command{cfg: stage.DefaultConfig()}
 			a := app.New("mempo-update", "", cmd.flags(), func(*cli.Context) error { return nil })
 			var stderr strings.Builder
 			a.Writer, a.ErrWriter = io.Discard, &stderr
@@ -72,7 +72,7 @@ func TestProcsFlag(t *testing.T) {
 		{"2", app.ExitOK, ""},
 		{"-1", app.ExitUsage, "--procs: -1: want at least 0"},
 	} {
-		cmd := command{cfg: update.DefaultConfig()}
+		cmd := command{cfg: stage.DefaultConfig()}
 		a := app.New("mempo-update", "", cmd.flags(), func(*cli.Context) error { return nil })
 		var stderr strings.Builder
 		a.Writer, a.ErrWriter = io.Discard, &stderr
