@@ -15,8 +15,12 @@ why() {
 
 write_report() {
   local s total=$(($(date +%s) - START_EPOCH)) rev gpu
-  rev=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-  git -C "$ROOT" diff --quiet HEAD 2>/dev/null || rev+=-dirty
+  if [[ -f $ROOT/REVISION ]]; then # a bundle: no git there
+    rev="$(cat "$ROOT/REVISION") (prebuilt bundle)"
+  else
+    rev=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    git -C "$ROOT" diff --quiet HEAD 2>/dev/null || rev+=-dirty
+  fi
   gpu=$(gpus | head -1)
   echo "# mempo GPU check"
   echo

@@ -37,6 +37,10 @@
 # the CPU against itself; tiny benchmarks, one iteration; a smaller RL iteration), so
 # that everything but CUDA itself is exercised on any machine in a few minutes.
 #
+# GPU_CHECK_PREBUILT=dir takes the binaries from dir/bin and dir/tests instead of
+# building them (a bundle of make gpu-bundle, whose gpu-check.sh sets it along with
+# LIBTORCH and LD_LIBRARY_PATH): the build section then only checks that they load.
+#
 # Settings: GPU_CHECK_DEVICE (cuda), GPU_CHECK_BUDGET (480 s), GPU_CHECK_DTYPE of the
 # benchmarks (bfloat16 on cuda, float32 on cpu), GPU_CHECK_ITERS (3 on cuda, 1 on cpu),
 # GPU_CHECK_BENCH (a |-list of benchmark names; default per device),
@@ -50,6 +54,7 @@ root=$(cd "$here/../.." && pwd)
 . "$here/sections.sh"
 # The sections, as run runs each one in a process group of its own: `run.sh section NAME`.
 if [[ ${1:-} == section ]]; then
+  SECTION=$2
   "section_$2"
   exit $?
 fi

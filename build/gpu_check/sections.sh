@@ -4,13 +4,14 @@
 # one, a markdown part of the report in $STATE/<name>.md. What a later section needs
 # travels in files under $STATE: libtorch.path, tests/, bin.path, python.path.
 
-note() { echo "$*" >"$STATE/${FUNCNAME[1]#section_}.note"; }
+# The section is the one run.sh runs (SECTION), else the caller's name.
+note() { echo "$*" >"$STATE/${SECTION:-${FUNCNAME[1]#section_}}.note"; }
 skip() {
-  echo "$*" >"$STATE/${FUNCNAME[1]#section_}.note"
+  echo "$*" >"$STATE/${SECTION:-${FUNCNAME[1]#section_}}.note"
   exit 77
 }
 fail() {
-  echo "$*" >"$STATE/${FUNCNAME[1]#section_}.note"
+  echo "$*" >"$STATE/${SECTION:-${FUNCNAME[1]#section_}}.note"
   exit 1
 }
 cuda() { [[ $GPU_CHECK_DEVICE != cpu ]]; }
@@ -41,6 +42,21 @@ pythons() {
 
 section_libtorch() {
   local lt=""
+  if [[ -n ${GPU_CHECK_PREBUILT:-} ]]; then
+    # The prebuilt binaries link libtorch_cuda, so even the CPU mode needs a CUDA torch:
+    # the one LIBTORCH names (the bundle's gpu-check.sh resolves it and puts its lib/ on
+    # LD_LIBRARY_PATH, ahead of the binaries' RUNPATH into the build machine's cache).
+    [[ -n ${LIBTORCH:-} ]] || fail "GPU_CHECK_PREBUILT needs LIBTORCH (python, or the path of a CUDA torch 2.11)"
+    lt=$("$ROOT/build/libtorch.sh") || fail "build/libtorch.sh failed (the log says why)"
+    [[ -f $lt/lib/libtorch_cuda.so ]] || fail "$lt has no lib/libtorch_cuda.so: the prebuilt binaries need a CUDA torch"
+    if cuda; then
+      gpus | grep -q . || fail "nvidia-smi lists no GPU (driver missing, or no GPU on this machine)"
+      gpus
+    fi
+    echo "$lt" >"$STATE/libtorch.path"
+    note "$lt (prebuilt binaries)$(cuda && echo "; $(gpus | head -1)")"
+    return 0
+  fi
   if ! cuda; then
     lt=$("$ROOT/build/libtorch.sh") || fail "build/libtorch.sh failed (the log says why)"
     echo "$lt" >"$STATE/libtorch.path"
@@ -70,6 +86,7 @@ section_libtorch() {
 section_build() {
   local lt tests=$WORK/tests bin=bin
   lt=$(cat "$STATE/libtorch.path" 2>/dev/null) || skip "no libtorch (see the libtorch section)"
+  [[ -n ${GPU_CHECK_PREBUILT:-} ]] && prebuilt
   export LIBTORCH=$lt
   cuda && bin=bin/cuda
   rm -rf "$tests"
@@ -117,14 +134,46 @@ section_build() {
   note "test binaries in $tests; binaries in $bin/"
 }
 
+# prebuilt is the build section of a bundle (build/gpu_bundle.sh): nothing to compile;
+# it checks that the bundle's binaries load this torch and its CUDA libraries, and that
+# a stage with --device cuda and every GPU hidden stops with the no-device error.
+prebuilt() {
+  local pre=$GPU_CHECK_PREBUILT t bad=() ver
+  for t in qwen2 train update; do
+    [[ -x $pre/tests/$t.test ]] || bad+=("no $pre/tests/$t.test")
+    if ldd "$pre/tests/$t.test" | grep 'not found'; then bad+=("$t.test: libraries not found"); fi
+  done
+  ((${#bad[@]} == 0)) && echo "$pre/tests" >"$STATE/tests.path"
+  "$ROOT/build/check_cuda_build.sh" "$pre/bin" || bad+=("build/check_cuda_build.sh $pre/bin")
+  ver=$("$pre/bin/mempo" version) || bad+=("mempo version failed")
+  echo "$ver"
+  [[ $ver == *"libtorch 2.11."* ]] || bad+=("mempo runs on '$ver', built for libtorch 2.11")
+  ((${#bad[@]} == 0)) || fail "prebuilt: $(IFS=';'; echo "${bad[*]}") (the log says why)"
+  echo "$pre/bin" >"$STATE/bin.path"
+  note "prebuilt binaries of revision $(cat "$pre/REVISION" 2>/dev/null) load $(grep -o 'libtorch [0-9.]*' <<<"$ver") from $lt; the no-device error holds"
+  exit 0
+}
+
+# pkg_dir PKG: where PKG's test binary runs: its package directory as under go test, or
+# in a bundle, which has no sources, a scratch one (the parity tests and benchmarks
+# read no testdata).
+pkg_dir() {
+  local dir
+  case $1 in qwen2) dir=model/qwen2 ;; train) dir=train ;; update) dir=stages/update ;; esac
+  if [[ -d $ROOT/$dir ]]; then
+    echo "$ROOT/$dir"
+  else
+    mkdir -p "$WORK/cwd/$1" && echo "$WORK/cwd/$1"
+  fi
+}
+
 # parity_run PKG TEST: the device parity test TEST of the test binary PKG.test, run in
 # its package directory, verbose; prints its output.
 parity_run() {
-  local tests dir args=(-test.run "^$2\$" -test.v -test.count=1 -test.timeout=10m)
+  local tests args=(-test.run "^$2\$" -test.v -test.count=1 -test.timeout=10m)
   tests=$(cat "$STATE/tests.path")
   cuda || args+=(-test.short)
-  case $1 in qwen2) dir=model/qwen2 ;; train) dir=train ;; esac
-  (cd "$ROOT/$dir" && MEMPO_TEST_DEVICE=$GPU_CHECK_DEVICE "$tests/$1.test" "${args[@]}")
+  (cd "$(pkg_dir "$1")" && MEMPO_TEST_DEVICE=$GPU_CHECK_DEVICE "$tests/$1.test" "${args[@]}")
 }
 
 section_parity() {
@@ -195,10 +244,9 @@ section_demo() {
 # bench_run PKG NAMES: the benchmarks NAMES (a |-list) of PKG.test at BENCH_THREADS
 # threads on the check's device and dtype; the Benchmark lines go to stdout.
 bench_run() {
-  local tests dir
+  local tests
   tests=$(cat "$STATE/tests.path")
-  case $1 in qwen2) dir=model/qwen2 ;; update) dir=stages/update ;; esac
-  (cd "$ROOT/$dir" && MEMPO_TEST_DEVICE=$GPU_CHECK_DEVICE MEMPO_TEST_DTYPE=$BENCH_DTYPE "$tests/$1.test" \
+  (cd "$(pkg_dir "$1")" && MEMPO_TEST_DEVICE=$GPU_CHECK_DEVICE MEMPO_TEST_DTYPE=$BENCH_DTYPE "$tests/$1.test" \
     -test.run '^$' -test.bench "^Benchmark($2)\$/^threads=$BENCH_THREADS\$" -test.benchtime "${ITERS}x" -test.timeout 10m)
 }
 
