@@ -62,7 +62,8 @@ build: libtorch
 	@[ "$$(cat $(BIN)/CODE_VERSION 2>/dev/null)" = "$(CODE_VERSION)" ] || echo "$(CODE_VERSION)" > $(BIN)/CODE_VERSION
 
 # The CUDA build links and starts on any machine: builds bin/cuda/, checks with ldd that
-# libtorch_cuda and every library it needs resolve, and runs mempo-rollout --device cuda
+# libtorch_cuda and every library it needs resolve (the NVIDIA ones from an installed CUDA
+# torch, the bench venv's by default: CHECK_PYTHON), and runs mempo-rollout --device cuda
 # with every GPU hidden, which must stop at flag time with the no-device error
 # (build/check_cuda_build.sh). Not part of `make test` or CI: the first run downloads
 # about 2.6 GB of wheels and installs 4.3 GB.
