@@ -213,6 +213,7 @@ parity_table() {
 
 section_demo() {
   [[ -f $STATE/bin.path ]] || skip "no binaries (see the build section)"
+  command -v make >/dev/null || skip "no make on PATH: the iteration runs pipelines/demo.mk (install make)"
   local bin run=$WORK/demo t0 prompts=4 rollout
   bin=$(cat "$STATE/bin.path")
   rollout="--n 8 --max-turns 8 --max-new-tokens 64 --prompts-per-shard 16 --temperature 0.5 --threads 1"
