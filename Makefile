@@ -35,7 +35,7 @@ endif
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/... \
 	./cmd/mempo-score ./cmd/mempo-advantage ./cmd/internal/stagecmd/score ./cmd/internal/stagecmd/advantage
 
-.PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check demo experiment libtorch fixtures clean
+.PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check gpu-bundle check-gpu-bundle demo experiment libtorch fixtures clean
 
 all: build
 
@@ -117,6 +117,22 @@ bench-compare: libtorch
 # runs the same sections on the CPU with tiny shapes.
 gpu-check:
 	@build/gpu_check/run.sh
+
+# The same check without building on the GPU machine: runs/gpu-bundle/mempo-gpu-<rev>.tar.xz
+# (at most 48 MiB) holds mempo built against the pinned torch 2.11.0 CUDA 13 wheel (the
+# CUDA=1 link kit), the test binaries and the check's scripts. Unpacked on an x86-64 Linux
+# machine with a GPU and torch 2.11 (CUDA 13) in a Python environment, and no Go:
+# `LIBTORCH=python ./gpu-check.sh` writes the report `make gpu-check` writes
+# (build/gpu_bundle.sh, build/gpu_check/bundle.sh). The first run compiles gotch's C++
+# layer against the kit (about 3 minutes) and extracts the kit from the wheel (1 GB).
+gpu-bundle:
+	@build/gpu_bundle.sh
+
+# The bundle as a GPU machine uses it, here: unpacked with Go off PATH, the refusals, the
+# no-device error, and (GPU_BUNDLE_TEST_FULL=1) GPU_CHECK_DEVICE=cpu ./gpu-check.sh end to end
+# on the bench venv's torch (build/gpu_bundle_test.sh). Not part of `make test` or CI.
+check-gpu-bundle: gpu-bundle
+	@build/gpu_bundle_test.sh
 
 # The main job: the embedded default end to end (pipelines/demo.mk), then its table. The two
 # RL variants and the evaluations are independent branches of the DAG: DEMO_JOBS of them run
