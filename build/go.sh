@@ -11,13 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 LIBTORCH=$("$here/libtorch.sh")
 export LIBTORCH
 
-# The version: torch/headeronly/version.h from 2.9 on, torch/csrc/api/.../version.h before.
-ver=""
-for h in include/torch/headeronly/version.h include/torch/csrc/api/include/torch/version.h; do
-  [[ -f $LIBTORCH/$h ]] || continue
-  ver=$(sed -n 's/^#define TORCH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' "$LIBTORCH/$h" | paste -sd.)
-  [[ -n $ver ]] && break
-done
+ver=$("$here/libtorch_version.sh" "$LIBTORCH")
 [[ $ver == 2.* ]] || { echo "libtorch: $LIBTORCH is version '${ver:-unknown}'; mempo builds against libtorch 2.x" >&2; exit 1; }
 # The torch package's TestVersion checks that the binary runs on the libtorch it was built for.
 export LIBTORCH_BUILD_VERSION=$ver

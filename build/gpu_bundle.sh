@@ -42,7 +42,7 @@ build/go.sh test -c -vet=off -ldflags "-w -s" -o "$d/tests/" ./model/qwen2/ ./tr
 
 cp build/gpu_check/bundle.sh "$d/gpu-check.sh"
 cp build/gpu_check/run.sh build/gpu_check/sections.sh build/gpu_check/report.sh "$d/build/gpu_check/"
-cp build/libtorch.sh build/check_cuda_build.sh "$d/build/"
+cp build/libtorch.sh build/libtorch_version.sh build/check_cuda_build.sh "$d/build/"
 cp build/bench_compare/compare.py "$d/build/bench_compare/"
 cp pipelines/demo.mk pipelines/embedded.mk pipelines/mempo.mk pipelines/demo-protocol.json "$d/pipelines/"
 echo "$rev" >"$d/REVISION"

@@ -28,10 +28,9 @@ lt=$("$here/build/libtorch.sh") || exit 2
 [[ -f $lt/lib/libtorch_cuda.so ]] || die "$lt/lib has no libtorch_cuda.so: a CPU-only torch; these binaries need torch 2.11 with CUDA 13"
 
 # The binaries call torch's C++ API, which changes between releases: only 2.11.x will do.
-h=$lt/include/torch/headeronly/version.h
-ver=$(sed -n 's/^#define TORCH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' "$h" 2>/dev/null | paste -sd.)
+ver=$("$here/build/libtorch_version.sh" "$lt")
 [[ $ver == 2.11.* ]] ||
-  die "$lt is torch ${ver:-of unknown version (no $h)}; these binaries are built against torch 2.11: install torch==2.11.* (CUDA 13), or build from source on this machine (make gpu-check)"
+  die "$lt is torch ${ver:-of unknown version (no version.h)}; these binaries are built against torch 2.11: install torch==2.11.* (CUDA 13), or build from source on this machine (make gpu-check)"
 
 # The PyTorch side runs in the Python environment whose torch the binaries load.
 if [[ $LIBTORCH == python && -z ${GPU_CHECK_PYTHON:-} ]]; then

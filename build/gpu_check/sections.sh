@@ -22,13 +22,9 @@ gpus() { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,no
 # torch_dir prints the torch/ directory of python $1 when it holds a torch 2.x with
 # libtorch_cuda, which is a complete CUDA libtorch (headers included) for build/go.sh.
 torch_dir() {
-  "$1" - <<'EOF' 2>/dev/null
-import os, torch
-d = os.path.dirname(torch.__file__)
-if torch.__version__.startswith("2.") and os.path.exists(os.path.join(d, "lib", "libtorch_cuda.so")) \
-        and os.path.isdir(os.path.join(d, "include", "torch")):
-    print(d)
-EOF
+  local d
+  d=$(LIBTORCH=python PYTHON=$1 "$ROOT/build/libtorch.sh" 2>/dev/null) &&
+    [[ -f $d/lib/libtorch_cuda.so && $("$ROOT/build/libtorch_version.sh" "$d") == 2.* ]] && echo "$d"
 }
 
 # pythons lists the interpreters to try for PyTorch, most specific first.
