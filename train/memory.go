@@ -30,6 +30,9 @@ type Shape struct {
 	GradCheckpoint bool
 	// CUDA sizes AdamW's scratch for a GPU (gpuChunk) rather than the CPU (stepChunk).
 	CUDA bool
+	// Attention is the model's qwen2.Options.Attention: whether the pass materialises
+	// its attention probabilities or runs the fused kernel.
+	Attention string
 }
 
 // Memory is the estimated peak memory of a training step, in bytes, by term.
@@ -63,8 +66,7 @@ func ReplicaMemory(m Memory, procs int) int64 {
 
 // EstimateMemory is the peak memory of one training step of a model of c (weights in
 // c.TorchDType) over pass s, with the flat AdamW of flat.go. It counts the tensors this
-// implementation keeps, op by op, so it is specific to it (no fused attention: the
-// attention probabilities are materialised). With P = c.NumParams(), b the bytes of
+// implementation keeps, op by op, so it is specific to it. With P = c.NumParams(), b the bytes of
 // the weight dtype (2 or 4), L layers, H hidden, I intermediate, kvd = kv heads ·
 // head_dim, nH heads, V vocab, T = Rows·Width token slots, W = max(Width, Keys), n scored
 // positions, c = min(Chunk, n), e = 1 with entropies else 0:
@@ -82,11 +84,16 @@ func ReplicaMemory(m Memory, procs int) int64 {
 //	              values as the matmuls reshape them and o_proj's input, b·(2H + 2·kvd);
 //	              the MLP keeps gate, silu(gate), up and their product, 4b·I; the
 //	              softmax keeps its probabilities, b·nH·W per token)
+//	            = T·(8H + b·(9H + 4I)) + 4·nH·T   with fused attention (qwen2.FusedAttention
+//	              of Width new tokens over W keys): it keeps the queries, the keys and
+//	              values repeated to every query head, its output and o_proj's input,
+//	              5b·H, and a float32 log-sum-exp per head, and no probabilities
 //	top         = (4 + b)·T·H + b·n·H   (the final norm and the scored hidden states)
 //	mask        = 4·T·W (+ b·T·W when b < 4)   (the additive mask, built in fp32)
 //	activations = L·layer + top + mask
 //	logits      = 4·n·V·(1 + e)          (each chunk's fp32 logits, and softmax for the entropy)
-//	transient   = max(2b·nH·T·W, 3b·T·I) + c·V·(b + 8)
+//	transient   = max(2b·nH·T·W, 3b·T·I) + c·V·(b + 8)   (fused: 3b·T·H for 2b·nH·T·W, the
+//	              gradients of the queries and the repeated keys and values)
 //
 // With GradCheckpoint each layer keeps only its input and is recomputed in the
 // backward pass, one at a time, and the logits are recomputed chunk by chunk:
@@ -129,6 +136,11 @@ func EstimateMemory(c qwen2.Config, s Shape) Memory {
 	}
 
 	layer := T*(8*H+b*(6*H+2*kvd+4*I)) + b*nH*T*W
+	attnGrad := 2 * b * nH * T * W
+	if qwen2.FusedAttention(s.Attention, int64(s.Width), W) {
+		layer = T*(8*H+b*(9*H+4*I)) + 4*nH*T
+		attnGrad = 3 * b * T * H
+	}
 	top := (4+b)*T*H + b*n*H
 	mask := 4 * T * W
 	if b < 4 {
@@ -141,7 +153,7 @@ func EstimateMemory(c qwen2.Config, s Shape) Memory {
 		m.Activations = L*layer + top + mask
 		m.Logits = 4 * n * V * (1 + e)
 	}
-	m.Transient = max(2*b*nH*T*W, 3*b*T*I) + ck*V*(b+8)
+	m.Transient = max(attnGrad, 3*b*T*I) + ck*V*(b+8)
 	return m
 }
 

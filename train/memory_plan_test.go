@@ -23,21 +23,26 @@ const h200 = 141e9
 
 // TestEstimateMemory7B: the static terms of a bfloat16 Qwen2.5-7B are 16 bytes per
 // parameter (no float32 gradient copy) plus AdamW's scratch; checkpointing shrinks the
-// activations and logits of a long pass and nothing else; on one 141 GB GPU an 8k-token
-// pass fits with checkpointing and not without, and a pass that does not fit is
-// refused naming the largest term and the flags that lower it. It logs the README's
-// table (-v).
+// activations and logits of a long pass and nothing else; fused attention (the
+// default, auto, at 8k tokens) keeps under half the activations of materialised
+// attention; on one 141 GB GPU an 8k-token pass fits with checkpointing and not
+// without, and a pass that does not fit is refused naming the largest term and the
+// flags that lower it. It logs the README's table (-v).
 func TestEstimateMemory7B(t *testing.T) {
 	c := qwen7B()
 	P := c.NumParams()
 	if P < 7.6e9 || P > 7.7e9 {
 		t.Fatalf("Qwen2.5-7B shape has %d parameters, want 7.62B", P)
 	}
-	m := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true})
+	m := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true, Attention: "eager"})
+	fused := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true})
+	if !(fused.Activations < m.Activations/2) || !(fused.Transient <= m.Transient) || fused.Optimizer != m.Optimizer {
+		t.Errorf("fused %+v vs materialised %+v: want under half the activations, no more transient, the state equal", fused, m)
+	}
 	if got, want := m.Weights+m.Grads+m.Optimizer, 16*P+8*gpuChunk; got != want {
 		t.Errorf("static terms = %d bytes, want 16 per parameter + scratch = %d", got, want)
 	}
-	ck := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true})
+	ck := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true, Attention: "eager"})
 	if !(ck.Activations < m.Activations/10) || ck.Weights != m.Weights || ck.Optimizer != m.Optimizer || ck.Transient != m.Transient {
 		t.Errorf("checkpointed %+v vs plain %+v: want a tenth of the activations or less, the rest equal", ck, m)
 	}
@@ -45,20 +50,32 @@ func TestEstimateMemory7B(t *testing.T) {
 	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "largest term is activations") || !strings.Contains(err.Error(), "--grad-checkpoint") {
 		t.Errorf("Fit(141 GB) of an 8k pass without checkpointing = %v, want ErrMemory naming activations and --grad-checkpoint", err)
 	}
-	if err := ck.Fit(h200, "cuda", "--micro-token-budget"); err != nil {
-		t.Errorf("Fit(141 GB) of an 8k pass with checkpointing = %v, want nil", err)
+	for _, attn := range []string{"eager", "auto"} {
+		ck := EstimateMemory(c, Shape{Rows: 1, Width: 8192, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true, Attention: attn})
+		if err := ck.Fit(h200, "cuda", "--micro-token-budget"); err != nil {
+			t.Errorf("Fit(141 GB) of an 8k pass with checkpointing, %s attention = %v, want nil", attn, err)
+		}
 	}
-	// A 16k pass does not fit beside the state even checkpointed; the state is the
-	// largest term but fits alone, so the fix named is the pass.
-	long := EstimateMemory(c, Shape{Rows: 1, Width: 16384, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true})
+	// Checkpointed, a 16k pass fits with fused attention and not materialised, a 32k
+	// pass not even fused; the state is the largest term but fits alone, so the fix
+	// named is the pass.
+	if err := EstimateMemory(c, Shape{Rows: 1, Width: 16384, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true}).Fit(h200, "cuda", "--micro-token-budget"); err != nil {
+		t.Errorf("Fit(141 GB) of a 16k pass with checkpointing and fused attention = %v, want nil", err)
+	}
+	long := EstimateMemory(c, Shape{Rows: 1, Width: 16384, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true, Attention: "eager"})
 	err = long.Fit(h200, "cuda", "--micro-token-budget")
 	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "largest term is optimizer") || !strings.Contains(err.Error(), "lower --micro-token-budget") {
-		t.Errorf("Fit(141 GB) of a 16k pass with checkpointing = %v, want ErrMemory naming the optimizer and --micro-token-budget", err)
+		t.Errorf("Fit(141 GB) of a 16k pass with checkpointing, materialised = %v, want ErrMemory naming the optimizer and --micro-token-budget", err)
+	}
+	err = EstimateMemory(c, Shape{Rows: 1, Width: 32768, Scored: 512, Entropy: true, CUDA: true, GradCheckpoint: true}).Fit(h200, "cuda", "--micro-token-budget")
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "lower --micro-token-budget") {
+		t.Errorf("Fit(141 GB) of a 32k pass with checkpointing, fused = %v, want ErrMemory naming --micro-token-budget", err)
 	}
 
 	var tab strings.Builder
-	fmt.Fprintf(&tab, "static %s; per pass (activations + logits + transient), and whether the step fits 141 GB:\n"+
-		"| context | rows | scored | plain | fits | `--grad-checkpoint` | fits |\n|---|---|---|---|---|---|---|\n",
+	fmt.Fprintf(&tab, "static %s; per pass (activations + logits + transient), and whether the step fits 141 GB, "+
+		"with attention materialised (eager) and as the default (auto) runs it:\n"+
+		"| context | rows | scored | eager | fits | auto | fits | auto, `--grad-checkpoint` | fits |\n|---|---|---|---|---|---|---|---|---|\n",
 		ByteSize(m.Weights+m.Grads+m.Optimizer))
 	for _, w := range []int{1024, 2048, 4096, 8192, 16384, 32768} {
 		seen := map[int]bool{}
@@ -67,7 +84,9 @@ func TestEstimateMemory7B(t *testing.T) {
 				continue
 			}
 			seen[rows] = true
-			s := Shape{Rows: rows, Width: w, Scored: rows * min(512, w/2), Entropy: true, CUDA: true}
+			s := Shape{Rows: rows, Width: w, Scored: rows * min(512, w/2), Entropy: true, CUDA: true, Attention: "eager"}
+			e := EstimateMemory(c, s)
+			s.Attention = "auto"
 			p := EstimateMemory(c, s)
 			s.GradCheckpoint = true
 			q := EstimateMemory(c, s)
@@ -78,7 +97,7 @@ func TestEstimateMemory7B(t *testing.T) {
 				}
 				return "no"
 			}
-			fmt.Fprintf(&tab, "| %d | %d | %d | %s | %s | %s | %s |\n", w, rows, s.Scored, pass(p), fits(p), pass(q), fits(q))
+			fmt.Fprintf(&tab, "| %d | %d | %d | %s | %s | %s | %s | %s | %s |\n", w, rows, s.Scored, pass(e), fits(e), pass(p), fits(p), pass(q), fits(q))
 		}
 	}
 	t.Log(tab.String())

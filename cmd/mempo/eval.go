@@ -89,6 +89,7 @@ func (e *evalCmd) flags() *app.Flags {
 		app.String(&cfg.Baseline, cli.StringFlag{Name: "baseline", Category: "Report", Usage: "policy `NAME` the others are compared with (default: grpo when present; none: no differences)"}),
 		app.Bool(&cfg.NoReport, cli.BoolFlag{Name: "no-report", Category: "Output", Usage: "only roll out and score (cached under --out); leave the table and plots to a later call with every policy, so separate processes can evaluate policies in parallel"}),
 		torchflag.DType(&roll.DType),
+		torchflag.Attention(&roll.Attention),
 		torchflag.Threads(),
 	})
 }

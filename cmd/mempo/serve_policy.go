@@ -29,6 +29,7 @@ type servePolicyCmd struct {
 	policy, name  string
 	addr          string
 	device, dtype string
+	attention     string
 }
 
 func servePolicyCommand() *cli.Command {
@@ -91,7 +92,7 @@ func (s *servePolicyCmd) flags() *app.Flags {
 			Usage: "token slots of finished requests' KV cache kept, in host memory, least recently used out first: a request whose prompt " +
 				"begins with an earlier one's prompt and completion (a full-context agent's next turn) or its prompt (another sample) " +
 				"prefills only the rest; 0 keeps none, so a request's tokens do not depend on earlier ones even in the last bits"}).Check(app.AtLeast(&s.engine.PrefixCache, 0)),
-	}, torchflag.Runtime(&s.device, &s.dtype), []app.Flag{
+	}, torchflag.Runtime(&s.device, &s.dtype, &s.attention), []app.Flag{
 		app.Int(&s.cfg.MaxTokens, cli.IntFlag{Name: "max-tokens", Category: "Limits", Usage: "largest max_tokens a request may ask for; more is refused with 400"}),
 		app.Int(&s.cfg.MaxStops, cli.IntFlag{Name: "max-stops", Category: "Limits", Usage: "most stop strings in one request; more is refused with 400"}),
 		app.Int(&s.cfg.MaxStopBytes, cli.IntFlag{Name: "max-stop-bytes", Category: "Limits", Usage: "longest stop string, in bytes; longer is refused with 400"}),
@@ -110,7 +111,7 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	m, err := qwen2.Load(s.policy, qwen2.Options{Device: s.device, DType: s.dtype})
+	m, err := qwen2.Load(s.policy, qwen2.Options{Device: s.device, DType: s.dtype, Attention: s.attention})
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}

@@ -41,6 +41,9 @@ type Options struct {
 	Device string `json:"device"`
 	// DType is "float32", "bfloat16" or "float16"; empty keeps config.json's torch_dtype.
 	DType string `json:"dtype"`
+	// Attention is how passes of more than one new token attend (see Attentions):
+	// "auto" (the default, also for empty), "eager" or "sdpa".
+	Attention string `json:"attention,omitempty"`
 }
 
 // New allocates a model for cfg with uninitialised weights; call Init or use Load.
@@ -59,6 +62,10 @@ func New(cfg Config, opt Options) (m *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
+	fuseFrom, err := attentionFuseFrom(opt.Attention)
+	if err != nil {
+		return nil, err
+	}
 	defer torch.Catch("allocate qwen2 model", &err)
 	h, kv := int64(cfg.HiddenSize), int64(cfg.NumKVHeads*cfg.HeadDim())
 	alloc := func(shape ...int64) *ts.Tensor { return torch.RawEmpty(shape, dtype, dev).Wrap() }
@@ -70,7 +77,7 @@ func New(cfg Config, opt Options) (m *Model, err error) {
 		return l
 	}
 	norm := func() *RMSNorm { return &RMSNorm{Weight: alloc(h), Eps: cfg.RMSNormEps} }
-	m = &Model{Config: cfg, device: dev, dtype: dtype}
+	m = &Model{Config: cfg, device: dev, dtype: dtype, fuseFrom: fuseFrom}
 	m.Embed = alloc(int64(cfg.VocabSize), h)
 	for range cfg.NumLayers {
 		m.Layers = append(m.Layers, &DecoderLayer{

@@ -141,6 +141,9 @@ type Model struct {
 	rope   *rope
 	device gotch.Device
 	dtype  gotch.DType
+	// fuseFrom is the fewest score elements per row and head (new tokens × key
+	// slots) of a pass that attends through libtorch's fused kernel (Options.Attention).
+	fuseFrom int64
 }
 
 // Hidden runs the decoder over ids: [batch, seq] int64 at positions pos: [batch,

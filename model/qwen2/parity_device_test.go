@@ -62,7 +62,9 @@ var parityTolerances = map[string]parityTolerance{
 
 // TestDeviceParity compares, per shape and dtype, the logits of a right-padded batch,
 // the log-probs and entropies of LogProbs, the log-probs of PrefixLogProbs (the
-// log-prob stage's path), and greedy generation.
+// log-prob stage's path), and greedy generation; and the logits and log-probs again
+// with the device's multi-token passes through libtorch's fused attention
+// (Options.Attention sdpa) against the CPU's materialised attention.
 func TestDeviceParity(t *testing.T) {
 	dev := torchtest.ParityDevice(t)
 	for _, sh := range parityShapes() {
@@ -82,6 +84,12 @@ func TestDeviceParity(t *testing.T) {
 				t.Run("logprobs", func(t *testing.T) { parityLogProbs(t, ref, got, tol) })
 				t.Run("greedy", func(t *testing.T) { parityGreedy(t, ref, got, tol) })
 				t.Run("past", func(t *testing.T) { parityPast(t, got, dtype, tol) })
+				t.Run("sdpa", func(t *testing.T) {
+					withAttention(t, got, "sdpa", func() {
+						parityLogits(t, ref, got, tol)
+						parityLogProbs(t, ref, got, tol)
+					})
+				})
 			})
 		}
 	}

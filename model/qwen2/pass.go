@@ -23,6 +23,9 @@ type pass struct {
 	// grad is set while autograd records ops: then ops whose input a backward formula
 	// saves run out of place.
 	grad bool
+	// sdpa routes the attention of passes of more than one new token through
+	// libtorch's fused kernel (Attention.attendFused).
+	sdpa bool
 	own  bool // bias belongs to the pass
 }
 
@@ -45,10 +48,22 @@ func callerPass(x, cos, sin, mask *ts.Tensor, headDim int64) *pass {
 // queries read keys slots under bias: [b, 1, t, keys], which the pass borrows. grad
 // says whether autograd records.
 func (m *Model) newPass(pos, bias torch.Raw, b, t, keys int64, grad bool) *pass {
-	p := &pass{b: b, t: t, keys: keys, headDim: m.rope.d, bias: bias, grad: grad}
+	p := &pass{b: b, t: t, keys: keys, headDim: m.rope.d, bias: bias, grad: grad, sdpa: m.fuses(t, keys)}
 	p.cos, p.sin = m.rope.at(pos, b, t)
 	p.bias5 = bias.View(b, 1, 1, t, keys)
 	return p
+}
+
+// fuses reports whether a pass of t new tokens per row over keys key slots attends
+// through the fused kernel (Options.Attention).
+func (m *Model) fuses(t, keys int64) bool { return t > 1 && t*keys >= m.fuseFrom }
+
+// FusedAttention reports whether a model loaded with Options.Attention attention runs
+// a pass of t new tokens per row over keys key slots through the fused kernel; false
+// for an invalid value, which New refuses.
+func FusedAttention(attention string, t, keys int64) bool {
+	from, err := attentionFuseFrom(attention)
+	return err == nil && (&Model{fuseFrom: from}).fuses(t, keys)
 }
 
 // free releases the pass's tensors.

@@ -141,28 +141,31 @@ func (r refModel) forward(seq []int64) [][]float64 {
 	return out
 }
 
-// TestMatchesReference compares libtorch float32 logits with the float64 reference.
-// Weights use std 0.2 so activations are O(1) and the comparison is not trivially
-// small; tolerance 1e-4 absolute covers float32 rounding through two layers (measured: 8e-6).
+// TestMatchesReference compares libtorch float32 logits with the float64 reference,
+// with attention materialised and fused (Options.Attention eager and sdpa). Weights
+// use std 0.2 so activations are O(1) and the comparison is not trivially small;
+// tolerance 1e-4 absolute covers float32 rounding through two layers (measured: 8e-6).
 func TestMatchesReference(t *testing.T) {
 	for _, tied := range []bool{true, false} {
-		c := testConfig()
-		c.InitializerRange = 0.2
-		c.TieEmbedding = tied
-		m := newTestModel(t, c, Options{})
-		seq := randomTokens(rand.New(rand.NewPCG(3, 4)), 12, c.VocabSize)
-		want := newRef(m).forward(seq)
-		got := fullLogits(m, seq)
-		worst, scale := 0.0, 0.0
-		for p := range seq {
-			for v := range want[p] {
-				worst = max(worst, math.Abs(float64(got[p][v])-want[p][v]))
-				scale = max(scale, math.Abs(want[p][v]))
+		for _, attn := range []string{"eager", "sdpa"} {
+			c := testConfig()
+			c.InitializerRange = 0.2
+			c.TieEmbedding = tied
+			m := newTestModel(t, c, Options{Attention: attn})
+			seq := randomTokens(rand.New(rand.NewPCG(3, 4)), 12, c.VocabSize)
+			want := newRef(m).forward(seq)
+			got := fullLogits(m, seq)
+			worst, scale := 0.0, 0.0
+			for p := range seq {
+				for v := range want[p] {
+					worst = max(worst, math.Abs(float64(got[p][v])-want[p][v]))
+					scale = max(scale, math.Abs(want[p][v]))
+				}
 			}
+			if worst > 1e-4 {
+				t.Errorf("tied=%v attention=%s: max |logit - reference| = %g (logits up to %g), want <= 1e-4", tied, attn, worst, scale)
+			}
+			t.Logf("tied=%v attention=%s: max |logit - reference| = %g, max |logit| = %g", tied, attn, worst, scale)
 		}
-		if worst > 1e-4 {
-			t.Errorf("tied=%v: max |logit - reference| = %g (logits up to %g), want <= 1e-4", tied, worst, scale)
-		}
-		t.Logf("tied=%v: max |logit - reference| = %g, max |logit| = %g", tied, worst, scale)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sugarme/gotch/ts"
+
 	"github.com/mempo/mempo/model/torch"
 )
 
@@ -90,62 +92,70 @@ func treeMatchesFlat(t *testing.T, pairs []Pair, trunked bool) {
 	if trunked && (!tp.trunked || tp.expand == nil) {
 		t.Fatalf("scored tokens in trunks: %v, shared scores: %v; the cases should have both", tp.trunked, tp.expand != nil)
 	}
-	type result struct {
-		lp, ent []float32
-		grads   map[string][]float32
+	cfg := ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7, ShareScored: trunked}
+	flat, tree := scoreGrads(t, m, m.LogProbTensor, pairs, cfg), scoreGrads(t, m, m.TreeLogProbTensor, pairs, cfg)
+	tree.check(t, flat, 1e-5)
+}
+
+// scored is what scoreGrads collects: log-probs, entropies and every weight's gradient.
+type scored struct {
+	lp, ent []float32
+	grads   map[string][]float32
+}
+
+// scoreGrads scores pairs with score (m.LogProbTensor or m.TreeLogProbTensor) under
+// cfg, backpropagates a loss weighting every token differently (so a gradient routed
+// to the wrong token changes it) plus the entropies, and collects and clears every
+// weight's gradient. The caller holds grad mode on.
+func scoreGrads(t *testing.T, m *Model, score func([]Pair, ScoreConfig) (*ts.Tensor, *ts.Tensor, error), pairs []Pair, cfg ScoreConfig) scored {
+	t.Helper()
+	lp, ent, err := score(pairs, cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// run scores the pairs, backpropagates a loss weighting every token differently
-	// (so a gradient routed to the wrong token changes it), and collects and clears
-	// every weight's gradient.
-	run := func(tree bool) result {
-		score := m.LogProbTensor
-		if tree {
-			score = m.TreeLogProbTensor
-		}
-		lp, ent, err := score(pairs, ScoreConfig{Entropy: true, Chunk: 7, Temperature: 0.7, ShareScored: trunked})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := result{lp: floats(lp), ent: floats(ent), grads: map[string][]float32{}}
-		w := make([]float32, len(r.lp))
-		for i := range w {
-			w[i] = float32(i%5) - 1.5
-		}
-		wt := torch.RawFromHost(w, []int64{int64(len(w))}, m.Device())
-		a := torch.Of(lp).Mul(wt)
-		sum := a.SumLast()
-		e := torch.Of(ent).SumLast()
-		sum.Add_(e)
-		loss := sum.Wrap()
-		torch.Free(wt, a, e)
-		torch.Drop(lp, ent)
-		defer loss.MustDrop()
-		if err := loss.Backward(); err != nil {
-			t.Fatalf("backward: %v", err)
-		}
-		for _, w := range m.Weights() {
-			g := torch.Must(w.Tensor.Grad(false))
-			r.grads[w.Key] = floats(g)
-			g.MustDrop()
-			torch.Of(w.Tensor).ClearGrad()
-		}
-		return r
+	r := scored{lp: floats(lp), ent: floats(ent), grads: map[string][]float32{}}
+	w := make([]float32, len(r.lp))
+	for i := range w {
+		w[i] = float32(i%5) - 1.5
 	}
-	flat, tree := run(false), run(true)
-	if len(tree.lp) != len(flat.lp) || len(tree.ent) != len(flat.ent) {
-		t.Fatalf("tree pass scored %d/%d tokens, flat %d/%d", len(tree.lp), len(tree.ent), len(flat.lp), len(flat.ent))
+	wt := torch.RawFromHost(w, []int64{int64(len(w))}, m.Device())
+	a := torch.Of(lp).Mul(wt)
+	sum := a.SumLast()
+	e := torch.Of(ent).SumLast()
+	sum.Add_(e)
+	loss := sum.Wrap()
+	torch.Free(wt, a, e)
+	torch.Drop(lp, ent)
+	defer loss.MustDrop()
+	if err := loss.Backward(); err != nil {
+		t.Fatalf("backward: %v", err)
 	}
-	if d := maxAbsDiff(tree.lp, flat.lp); d > 1e-5 {
+	for _, w := range m.Weights() {
+		g := torch.Must(w.Tensor.Grad(false))
+		r.grads[w.Key] = floats(g)
+		g.MustDrop()
+		torch.Of(w.Tensor).ClearGrad()
+	}
+	return r
+}
+
+// check compares s with want: log-probs and entropies within tol absolute, gradients
+// within tol of each weight's largest gradient (at least 1): a shared token's gradient
+// sums every pair's in another order (the embedding's reach 80 in the SFT cases).
+func (s scored) check(t *testing.T, want scored, tol float64) {
+	t.Helper()
+	if len(s.lp) != len(want.lp) || len(s.ent) != len(want.ent) {
+		t.Fatalf("scored %d/%d tokens, want %d/%d", len(s.lp), len(s.ent), len(want.lp), len(want.ent))
+	}
+	if d := maxAbsDiff(s.lp, want.lp); d > tol {
 		t.Errorf("log-probs differ by %g", d)
 	}
-	if d := maxAbsDiff(tree.ent, flat.ent); d > 1e-5 {
+	if d := maxAbsDiff(s.ent, want.ent); d > tol {
 		t.Errorf("entropies differ by %g", d)
 	}
-	for k, g := range flat.grads {
-		// Relative to the gradient's scale: a shared token's gradient sums every
-		// pair's in another order (the embedding's reach 80 in the SFT cases).
+	for k, g := range want.grads {
 		scale := max(1, maxAbsDiff(g, make([]float32, len(g))))
-		if d := maxAbsDiff(tree.grads[k], g); d > 1e-5*scale {
+		if d := maxAbsDiff(s.grads[k], g); d > tol*scale {
 			t.Errorf("%s: gradients differ by %g, %g relative", k, d, d/scale)
 		}
 	}

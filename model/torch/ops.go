@@ -218,3 +218,17 @@ func (x Raw) IndexSelect(dim int64, idx Raw) Raw {
 func (x Raw) Gather(dim int64, idx Raw) Raw {
 	return call(func(o *lib.Ctensor) { lib.AtgGather(o, x.c, dim, idx.c, 0) })
 }
+
+// Expand is x broadcast to shape (a view); -1 keeps a dimension's size.
+func (x Raw) Expand(shape ...int64) Raw {
+	return call(func(o *lib.Ctensor) { lib.AtgExpand(o, x.c, shape, len(shape), 0) })
+}
+
+// Attention is at::scaled_dot_product_attention of queries q: [b, heads, t, d] over
+// keys k and values v: [b, heads, keys, d] under the additive bias: [b or 1, 1 or
+// heads, t, keys], with q·kᵀ unscaled (callers scale q and k): softmax(q·kᵀ + bias)·v,
+// [b, heads, t, d]. libtorch picks the kernel; on the CPU from 2.3 on that is its
+// fused flash-attention kernel, which never materialises the [t, keys] scores.
+func (q Raw) Attention(k, v, bias Raw) Raw {
+	return call(func(o *lib.Ctensor) { lib.AtgScaledDotProductAttention(o, q.c, k.c, v.c, bias.c, 0, 0, 1, 0) })
+}

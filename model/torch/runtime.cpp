@@ -87,10 +87,11 @@ class BlockCache final : public c10::Allocator {
     peak_ = live_bytes_;
   }
 
-  void stats(size_t *live, size_t *idle) {
+  void stats(size_t *live, size_t *idle, size_t *peak) {
     std::lock_guard<std::mutex> g(mu_);
     *live = live_bytes_;
     *idle = idle_bytes_;
+    *peak = peak_;
   }
 
  private:
@@ -192,6 +193,6 @@ void mempo_torch_trim_heap() {
   malloc_trim(0);
 }
 
-void mempo_torch_heap_stats(size_t *live, size_t *idle) { BlockCache::get().stats(live, idle); }
+void mempo_torch_heap_stats(size_t *live, size_t *idle, size_t *peak) { BlockCache::get().stats(live, idle, peak); }
 
 }

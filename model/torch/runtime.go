@@ -11,7 +11,7 @@ package torch
 // #include <stddef.h>
 // void mempo_torch_bound_heap();
 // void mempo_torch_trim_heap();
-// void mempo_torch_heap_stats(size_t *live, size_t *idle);
+// void mempo_torch_heap_stats(size_t *live, size_t *idle, size_t *peak);
 import "C"
 
 import (
@@ -49,9 +49,18 @@ func TrimHeap() {
 
 // HeapStats reports the bytes of BoundHeap's cache: in live tensors, and idle.
 func HeapStats() (live, idle int64) {
-	var l, i C.size_t
-	C.mempo_torch_heap_stats(&l, &i)
+	var l, i, p C.size_t
+	C.mempo_torch_heap_stats(&l, &i, &p)
 	return int64(l), int64(i)
+}
+
+// HeapPeak reports the most bytes BoundHeap's cache has held in live tensors since the
+// last TrimHeap: the peak tensor memory of what ran in between, buffers under 1 MiB
+// aside.
+func HeapPeak() int64 {
+	var l, i, p C.size_t
+	C.mempo_torch_heap_stats(&l, &i, &p)
+	return int64(p)
 }
 
 // Version reports the libtorch version the binary is linked with.

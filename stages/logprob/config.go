@@ -65,6 +65,9 @@ type Config struct {
 	// precision than their checkpoint's (an evaluation in float32 of a bfloat16 policy)
 	// are scored in theirs with it.
 	DType string `json:"dtype,omitempty"`
+	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
+	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
+	Attention string `json:"attention,omitempty"`
 	// AnswerOpen is the protocol's answer tag; the memory pass teacher-forces the gold
 	// answer after it.
 	AnswerOpen string `json:"answer_open"`

@@ -122,7 +122,7 @@ func (s *state) load() error {
 	if s.loaded {
 		return nil
 	}
-	opt := qwen2.Options{Device: s.cfg.Device, DType: s.cfg.DType}
+	opt := qwen2.Options{Device: s.cfg.Device, DType: s.cfg.DType, Attention: s.cfg.Attention}
 	var err error
 	if s.policy, err = qwen2.Load(s.in.Policy, opt); err != nil {
 		return fmt.Errorf("logprob: policy: %w", err)

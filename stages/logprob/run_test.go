@@ -180,6 +180,31 @@ func TestRunDType(t *testing.T) {
 	}
 }
 
+// TestRunAttention: with --attention sdpa every pass of several tokens attends through
+// libtorch's fused kernel: old log-probs within float32 rounding of the default's but
+// not equal to them (the fixture's short turns materialise under auto), under another cache key, and the
+// manifest's config records it.
+func TestRunAttention(t *testing.T) {
+	f := newFixture(t, 2, 2)
+	base, want := f.run(t, testConfig(), "auto", jobs.Spec{})
+	cfg := testConfig()
+	cfg.Attention = "sdpa"
+	res, got := f.run(t, cfg, "sdpa", jobs.Spec{})
+	if res.Manifest.CacheKey == base.Manifest.CacheKey {
+		t.Errorf("attention sdpa kept the default's cache key")
+	}
+	if !strings.Contains(string(res.Manifest.Config), `"attention":"sdpa"`) {
+		t.Errorf("manifest config %s does not record the attention", res.Manifest.Config)
+	}
+	var most float64
+	for i := range got {
+		most = max(most, maxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs), maxAbsDiff(got[i].RefLogprobs, want[i].RefLogprobs))
+	}
+	if !(most > 0 && most <= 1e-4) {
+		t.Errorf("fused old and reference log-probs differ from materialised ones by %g, want float32 rounding: above 0 (another kernel ran), at most 1e-4", most)
+	}
+}
+
 // TestRunRefPass: a reference with other weights gets its own pass, equal to scoring
 // the rollouts with that model directly.
 func TestRunRefPass(t *testing.T) {

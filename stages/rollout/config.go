@@ -57,6 +57,9 @@ type Config struct {
 	// the checkpoint's); both can change the sampled tokens, so both are keyed.
 	Device string `json:"device"`
 	DType  string `json:"dtype,omitempty"`
+	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
+	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
+	Attention string `json:"attention,omitempty"`
 	// MaxBatch bounds the sequences of one generate call (0: all active trajectories of
 	// the shard at once). It bounds memory, not results, so it is not keyed: every
 	// request has its own random stream (see qwen2.Generate on batch independence).

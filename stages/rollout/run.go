@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 type loader func(cfg Config, policy string, tok *bpe.Tokenizer) (s sampler, close func(), err error)
 
 func loadModel(cfg Config, policy string, tok *bpe.Tokenizer) (sampler, func(), error) {
-	m, err := qwen2.Load(policy, qwen2.Options{Device: cfg.Device, DType: cfg.DType})
+	m, err := qwen2.Load(policy, qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--policy: %w", err)
 	}

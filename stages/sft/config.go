@@ -74,6 +74,9 @@ type Config struct {
 	Chunk  int    `json:"chunk"`
 	Device string `json:"device"`
 	DType  string `json:"dtype,omitempty"`
+	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
+	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
+	Attention string `json:"attention,omitempty"`
 	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
 	// instead of keeping them (qwen2.Checkpointed): far less memory per batch for one
 	// more forward pass. The gradients equal the plain pass's to float32 rounding.

@@ -82,7 +82,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "step", Units: "steps",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
-		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType}, AdamW: cfg.AdamW,
+		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
 		Memory: r.memory, BatchFlag: "--batch-tokens",
 	}
@@ -216,7 +216,7 @@ func (r *run) memory() (train.Memory, error) {
 	for k, b := range r.steps {
 		passes[k] = nll.Pass(b.pairs(r.examples))
 	}
-	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
+	s := train.Shape{Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda"), Attention: r.cfg.Attention}
 	m := train.PlanMemory(r.model, s, passes)
 	m.Replicas = train.ReplicaMemory(m, r.cfg.Procs)
 	return m, nil
@@ -255,7 +255,7 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	if r.cfg.Procs > 1 {
 		if r.group == nil {
 			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
-				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}, Log: r.log})
+				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType, Attention: r.cfg.Attention}, Log: r.log})
 			if err != nil {
 				return Metric{}, err
 			}

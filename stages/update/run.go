@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
-		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType}, AdamW: cfg.AdamW,
+		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
 		Continue: true,
 		Prepare:  r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
 		Finish: func(_ *qwen2.Model, _ map[string]float64, mets []Metric) (map[string]float64, error) {
@@ -152,7 +152,7 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	if r.cfg.Procs > 1 && r.group == nil {
 		g, err := dataparallel.StartPPO(r.ppo(m), dataparallel.Config{Procs: r.cfg.Procs,
-			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType}, Log: r.log})
+			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType, Attention: r.cfg.Attention}, Log: r.log})
 		if err != nil {
 			return Metric{}, err
 		}
@@ -181,7 +181,7 @@ func (r *run) memory() (train.Memory, error) {
 			passes = append(passes, ppo.Pass(seqs))
 		}
 	}
-	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda")}
+	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda"), Attention: r.cfg.Attention}
 	m := train.PlanMemory(r.model, s, passes)
 	m.Replicas = train.ReplicaMemory(m, r.cfg.Procs)
 	return m, nil

@@ -11,14 +11,15 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
 )
 
-// Runtime binds the runtime flags of a command that loads a policy: --device, --dtype
-// and --threads.
-func Runtime(device, dtype *string) []app.Flag {
-	return []app.Flag{Device(device), DType(dtype), Threads()}
+// Runtime binds the runtime flags of a command that loads a policy: --device, --dtype,
+// --attention and --threads.
+func Runtime(device, dtype, attention *string) []app.Flag {
+	return []app.Flag{Device(device), DType(dtype), Attention(attention), Threads()}
 }
 
 // Device binds --device to a stage's Device field. It is checked as the flags are
@@ -37,6 +38,21 @@ func Device(dst *string) app.Flag {
 func DType(dst *string) app.Flag {
 	return app.String(dst, cli.StringFlag{Name: "dtype", Category: "Runtime",
 		Usage: "weight precision: float32, bfloat16 (trained with float32 master weights) or float16 (default: the checkpoint's)"}).Check(func() error { return CheckDType(*dst) })
+}
+
+// Attention binds --attention to a stage's Attention field (qwen2.Options.Attention).
+func Attention(dst *string) app.Flag {
+	return app.String(dst, cli.StringFlag{Name: "attention", Category: "Runtime",
+		Usage: "how passes of several tokens attend: auto (fused from 2048 x 2048 scores a row and head, where it is faster and holds a fraction of the memory), " +
+			"eager (scores and probabilities materialised) or sdpa (libtorch's fused scaled_dot_product_attention); the kernels differ in the last bits (default: auto)"}).Check(func() error {
+		if *dst == "auto" {
+			*dst = "" // the default's one spelling, so the cache key does not tell them apart
+		}
+		if qwen2.CheckAttention(*dst) != nil {
+			return fmt.Errorf("%q: want auto, eager or sdpa", *dst)
+		}
+		return nil
+	})
 }
 
 // CheckDevice accepts the device names torch.Device resolves: cpu, cuda and cuda:N.

@@ -13,6 +13,41 @@ import (
 	"github.com/mempo/mempo/model/torch"
 )
 
+// TestAttentionFlag: --attention takes auto, eager and sdpa from the command line or
+// --config, spells the default auto as "" (one cache key for both), and refuses
+// anything else naming the choices.
+func TestAttentionFlag(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(config, []byte(`{"attention": "sdpa"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string // the field after the flags resolve, or the error
+	}{
+		{nil, app.ExitOK, ""},
+		{[]string{"--attention", "auto"}, app.ExitOK, ""},
+		{[]string{"--attention", "eager"}, app.ExitOK, "eager"},
+		{[]string{"--config", config}, app.ExitOK, "sdpa"},
+		{[]string{"--attention", "flash"}, app.ExitUsage, `--attention: "flash": want auto, eager or sdpa`},
+	}
+	for _, tt := range tests {
+		attention := ""
+		a := app.New("stage", "", app.Bind(nil, []app.Flag{Attention(&attention)}), func(*cli.Context) error { return nil })
+		var stderr strings.Builder
+		a.Writer, a.ErrWriter = io.Discard, &stderr
+		code := app.Main(a, append([]string{"stage"}, tt.args...))
+		if code != tt.code {
+			t.Errorf("stage %q = exit %d (%s), want %d", tt.args, code, stderr.String(), tt.code)
+		} else if code == app.ExitOK && attention != tt.want {
+			t.Errorf("stage %q: attention = %q, want %q", tt.args, attention, tt.want)
+		} else if code != app.ExitOK && !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("stage %q: stderr %q, want it to mention %q", tt.args, stderr.String(), tt.want)
+		}
+	}
+}
+
 // TestDeviceRefusedAtFlagTime: a device this binary cannot use stops the command as its
 // flags resolve, before the action, whether the command line, MEMPO_DEVICE or --config
 // names it. On the CPU build (make test) that is every CUDA device.

@@ -43,6 +43,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Bool(&cfg.PCtx, cli.BoolFlag{Name: "p-ctx", Category: "Log-probs", Usage: "compute p_ctx, the answer's probability after the turn's own pruned context (mempo-advantage --mem-baseline context): answer copies in the old pass, a fraction of its work"}),
 		torchflag.Device(&cfg.Device),
 		torchflag.DType(&cfg.DType),
+		torchflag.Attention(&cfg.Attention),
 		torchflag.Threads(),
 	})
 }

@@ -49,7 +49,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.PromptOffset, cli.IntFlag{Name: "prompt-offset", Category: "Rollout", Usage: "first prompt of the slice to roll out, in uid order (a fixed shuffle); wraps around"}),
 		app.Int(&cfg.PromptLimit, cli.IntFlag{Name: "prompt-limit", Category: "Rollout", Usage: "prompts to roll out from --prompt-offset on (default 0: all); iteration k of a run uses offset k·limit"}),
 		app.Int(&cfg.PromptsPerShard, cli.IntFlag{Name: "prompts-per-shard", Category: "Rollout", Usage: "prompts per output shard; all their trajectories are generated together, so this sets the batch size"}),
-	}, torchflag.Runtime(&cfg.Device, &cfg.DType), []app.Flag{
+	}, torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), []app.Flag{
 		app.Int(&cfg.MaxBatch, cli.IntFlag{Name: "max-batch", Category: "Runtime", Usage: "sequences per generate call at most, to bound memory (default 0: every running trajectory of the shard)"}),
 		app.Text(&cfg.Engine, cli.StringFlag{Name: "engine", Category: "Engine", Value: stage.EngineLocal,
 			Usage: "where the policy generates: local (loaded into this process) or server (an OpenAI-compatible /v1/completions server at --engine-url: 'mempo serve-policy' or vLLM); --policy still names the checkpoint whose tokenizer, config and digest the rows record"}, stage.ParseEngine),

@@ -43,6 +43,7 @@ func TestFlagRefusals(t *testing.T) {
 		{[]string{"--temperature", "NaN"}, "--temperature: NaN: want a finite number"},
 		{[]string{"--device", "tpu"}, `--device: "tpu": want cpu, cuda or cuda:N`},
 		{[]string{"--dtype", "int8"}, `--dtype: "int8": want float32, bfloat16 or float16`},
+		{[]string{"--attention", "flash"}, `--attention: "flash": want auto, eager or sdpa`},
 		{[]string{"--engine", "gpu"}, `--engine "gpu": want local or server`},
 		{[]string{"--engine", "server"}, `--engine server needs --engine-url`},
 	}

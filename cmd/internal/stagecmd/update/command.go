@@ -59,7 +59,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Bool(&cfg.SharePrefixes, cli.BoolFlag{Name: "share-prefixes", Category: "Batching", Usage: "compute the context prefixes a micro-batch's samples share (a group's prompt, an earlier turn a context repeats) once per pass, with micro-batches cut in context order; gradients equal the unshared pass's to float rounding (not with --grad-checkpoint)"}),
 		app.Int(&cfg.Procs, cli.IntFlag{Name: "procs", Category: "Runtime", Usage: "train with `N` processes on the CPU, each with --threads threads: every mini-batch's micro-batches are dealt among them by tokens and their gradients added up (data parallel). On a small model two one-thread processes outrun one two-thread process; the result equals one process's to float rounding, so N is part of the cache key; 0 or 1: one process"}).Check(app.AtLeast(&cfg.Procs, 0)),
 		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}).Check(app.AtLeast(&cmd.snapshotEvery, 0)),
-	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory))
+	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory))
 }
 
 // outFlag is the stage's --out, a checkpoint rather than a dataset.
