@@ -55,18 +55,20 @@ func TestSaveHF(t *testing.T) {
 		t.Errorf("%s: model_max_length %d, tokenizer_class %q, chat_template %q; want 4096, Qwen2Tokenizer, ChatTemplate",
 			ConfigFile, conf.ModelMaxLength, conf.TokenizerClass, conf.ChatTemplate)
 	}
-	// Every special token is in added_tokens_decoder under its own id.
+	// Every added token is in added_tokens_decoder under its own id, special only when
+	// it is a control token <|…|>: the agent's tags survive skip_special_tokens.
 	for i, s := range DefaultSpecial() {
-		id, ok := tok.Special(s)
+		id, ok := tok.ID(s)
 		if !ok || int(id) != i {
-			t.Fatalf("Special(%q) = %d, %v; want %d, true", s, id, ok, i)
+			t.Fatalf("ID(%q) = %d, %v; want %d, true", s, id, ok, i)
 		}
+		control := strings.HasPrefix(s, "<|")
 		got, ok := conf.AddedTokensDecoder[strconv.Itoa(int(id))]
-		if !ok || got.Content != s || !got.Special {
-			t.Errorf("%s added_tokens_decoder[%d] = %+v, want %q special", ConfigFile, id, got, s)
+		if !ok || got.Content != s || got.Special != control {
+			t.Errorf("%s added_tokens_decoder[%d] = %+v, want %q with special %v", ConfigFile, id, got, s, control)
 		}
 	}
-	wantAdditional := slices.DeleteFunc(DefaultSpecial(), func(s string) bool { return s == ImEnd || s == EndOfText })
+	wantAdditional := []string{ImStart}
 	if !slices.Equal(conf.Additional, wantAdditional) {
 		t.Errorf("%s additional_special_tokens = %q, want %q", ConfigFile, conf.Additional, wantAdditional)
 	}

@@ -15,16 +15,19 @@ type TrainConfig struct {
 	// tokens and the merges learned. Training stops earlier when no pair occurs
 	// MinFrequency times.
 	VocabSize int `json:"vocab_size"`
-	// Special are added tokens (special=true) that Encode never splits, with ids 0, 1, …
-	// in this order. Nil means DefaultSpecial().
+	// Special are the added tokens, which Encode never splits, with ids 0, 1, … in this
+	// order. Those of the form <|…|> (control tokens) are marked special, so that HF's
+	// decode(skip_special_tokens=True) drops them; the others (the agent protocol's
+	// tags) are not, as Qwen3's tokenizer does not mark <think>: a server decoding with
+	// skip_special_tokens keeps the agent's tags in its text. Nil means DefaultSpecial().
 	Special []string `json:"special"`
 	// MinFrequency is how often a pair must occur in the corpus to be merged; below 1
 	// means 1.
 	MinFrequency int `json:"min_frequency"`
 }
 
-// DefaultSpecial returns the special tokens of the project's tokenizers: Qwen's ChatML
-// and end-of-text markers, then the agent protocol's tags.
+// DefaultSpecial returns the added tokens of the project's tokenizers: Qwen's ChatML
+// and end-of-text markers (special), then the agent protocol's tags (not special).
 func DefaultSpecial() []string {
 	return []string{EndOfText, ImStart, ImEnd,
 		"<mem>", "</mem>", "<think>", "</think>", "<search>", "</search>",
@@ -185,7 +188,7 @@ func trainFile(special []string) file {
 		Model:         model{Type: "BPE"},
 	}
 	for i, s := range special {
-		f.AddedTokens = append(f.AddedTokens, addedToken{ID: int32(i), Content: s, Special: true})
+		f.AddedTokens = append(f.AddedTokens, addedToken{ID: int32(i), Content: s, Special: isControl(s)})
 	}
 	return f
 }
@@ -298,4 +301,10 @@ type pairCount struct {
 // which is HF's tie-break and makes training deterministic.
 func pairBefore(a, b pairCount) bool {
 	return a.count > b.count || a.count == b.count && a.key < b.key
+}
+
+// isControl reports whether an added token is a control token, <|…|>, which the
+// project's tokenizers mark special (see TrainConfig.Special).
+func isControl(s string) bool {
+	return len(s) > 4 && strings.HasPrefix(s, "<|") && strings.HasSuffix(s, "|>")
 }

@@ -142,9 +142,14 @@ func TestTrainVocabulary(t *testing.T) {
 	if got := tok.VocabSize(); got != 1000 {
 		t.Errorf("VocabSize() = %d, want 1000", got)
 	}
+	// Every added token keeps its id; only the control tokens <|…|> are special.
 	for i, s := range DefaultSpecial() {
-		if id, ok := tok.Special(s); !ok || id != int32(i) {
-			t.Errorf("Special(%q) = %d, %v, want %d, true", s, id, ok, i)
+		control := strings.HasPrefix(s, "<|")
+		if id, ok := tok.ID(s); !ok || id != int32(i) {
+			t.Errorf("ID(%q) = %d, %v, want %d, true", s, id, ok, i)
+		}
+		if _, ok := tok.Special(s); ok != control {
+			t.Errorf("Special(%q) ok = %v, want %v", s, ok, control)
 		}
 	}
 	got := tok.Encode("<mem>facts</mem>\n<|im_end|>")
