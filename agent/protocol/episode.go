@@ -93,12 +93,17 @@ type Episode struct {
 	done    bool
 }
 
-// NewEpisode renders and encodes the prompt for a question with k objectives.
-func NewEpisode(p *Protocol, tok Tokenizer, cfg Config, question string, k int) (*Episode, error) {
+// NewEpisode renders and encodes the prompt for a question with k objectives, with chat
+// (a checkpoint's chat template) or, when chat is nil, the description's chat glue.
+func NewEpisode(p *Protocol, chat Chat, tok Tokenizer, cfg Config, question string, k int) (*Episode, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	prompt := tok.Encode(p.Prompt(question, k))
+	text, err := p.FirstContext(chat, question, k)
+	if err != nil {
+		return nil, err
+	}
+	prompt := tok.Encode(text)
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("question %.40q: the prompt encodes to no tokens: %w", question, ErrEpisode)
 	}

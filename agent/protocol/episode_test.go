@@ -122,7 +122,7 @@ func TestEpisodeContexts(t *testing.T) {
 				if len(c.steps) > mt.MaxTurns {
 					mt.MaxTurns = len(c.steps) + 1 // no last-turn note inside this script
 				}
-				e, err := NewEpisode(p, tok, mt, fmt.Sprintf("question %d", i), 1)
+				e, err := NewEpisode(p, nil, tok, mt, fmt.Sprintf("question %d", i), 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -187,7 +187,7 @@ func TestMempoContextStaysFlat(t *testing.T) {
 	tok := tagTok(p)
 	pts := map[ContextPolicy]int{}
 	for _, policy := range []ContextPolicy{Mempo, Full} {
-		e, err := NewEpisode(p, tok, Config{Context: policy, MaxTurns: 16}, "q", 1)
+		e, err := NewEpisode(p, nil, tok, Config{Context: policy, MaxTurns: 16}, "q", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestMempoContextStaysFlat(t *testing.T) {
 func TestEpisodeMisuse(t *testing.T) {
 	p := Default()
 	tok := tagTok(p)
-	e, err := NewEpisode(p, tok, DefaultConfig(), "q", 1)
+	e, err := NewEpisode(p, nil, tok, DefaultConfig(), "q", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestEpisodeMisuse(t *testing.T) {
 		t.Errorf("Context() after the answer = %v, want ErrEpisode", err)
 	}
 	for _, cfg := range []Config{{Context: "rag", MaxTurns: 4}, {Context: Mempo, MaxTurns: 0}} {
-		if _, err := NewEpisode(p, tok, cfg, "q", 1); err == nil {
+		if _, err := NewEpisode(p, nil, tok, cfg, "q", 1); err == nil {
 			t.Errorf("NewEpisode(%+v) = nil error", cfg)
 		}
 	}
@@ -257,7 +257,7 @@ func TestMempoKeepsStraddlingTokenOnce(t *testing.T) {
 	p := Default()
 	p.Think = Tag{}
 	tok := newByteTok("<mem>", "</mem><search>", "</search>")
-	e, err := NewEpisode(p, tok, Config{Context: Mempo, MaxTurns: 4}, "q", 1)
+	e, err := NewEpisode(p, nil, tok, Config{Context: Mempo, MaxTurns: 4}, "q", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,13 @@ type Protocol struct {
 	Trailing []string `json:"trailing"`
 }
 
+// Chat renders the first context's system message (none when empty) and user message
+// into the prompt text, ending with the assistant's header: a checkpoint's own chat
+// template (model/chat) in place of the description's ChatTemplate glue.
+type Chat interface {
+	Prompt(system, user string) (string, error)
+}
+
 // invalidSearchR1 is Search-R1's corrective observation, byte for byte: in
 // PeterGriffinJin/Search-R1, search_r1/llm_agent/generation.py, execute_predictions
 // appends it for a response with neither a <search> nor an <answer> block (the Python
@@ -197,12 +204,29 @@ func (p *Protocol) Validate() error {
 // Stops returns the strings after which generation of a turn must stop.
 func (p *Protocol) Stops() []string { return []string{p.Search.Close, p.Answer.Close} }
 
-// Prompt renders the first context: chat glue, system message and the user message with
-// the question's K objectives.
+// UserMessage is the user message of a question with K objectives.
+func (p *Protocol) UserMessage(question string, k int) string {
+	return strings.NewReplacer("{question}", question, "{k}", fmt.Sprint(k)).Replace(p.User)
+}
+
+// Prompt renders the first context with the description's chat glue: ChatTemplate
+// around the system message and the user message with the question's K objectives.
 func (p *Protocol) Prompt(question string, k int) string {
-	user := strings.NewReplacer("{question}", question, "{k}", fmt.Sprint(k)).Replace(p.User)
 	// One pass, so a question holding "{user}" is not expanded twice.
-	return strings.NewReplacer("{system}", p.System, "{user}", user).Replace(p.ChatTemplate)
+	return strings.NewReplacer("{system}", p.System, "{user}", p.UserMessage(question, k)).Replace(p.ChatTemplate)
+}
+
+// FirstContext renders the first context an episode starts from: with chat, a
+// checkpoint's template, or with Prompt's glue when chat is nil.
+func (p *Protocol) FirstContext(chat Chat, question string, k int) (string, error) {
+	if chat == nil {
+		return p.Prompt(question, k), nil
+	}
+	text, err := chat.Prompt(p.System, p.UserMessage(question, k))
+	if err != nil {
+		return "", fmt.Errorf("first context of %.40q: %w", question, err)
+	}
+	return text, nil
 }
 
 // Doc is one retrieved document in Search-R1's corpus layout: contents is the quoted

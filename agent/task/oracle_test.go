@@ -79,7 +79,7 @@ func TestOracleReplays(t *testing.T) {
 	oc := OracleConfig{Drop: 0.3, Distractor: 0.3, MaxTurns: 6, Seed: 2}
 	trs := play(t, w, w.Test, oc)
 	for i, tr := range trs {
-		e, err := protocol.NewEpisode(p, byteTok{}, protocol.Config{Context: protocol.Mempo, MaxTurns: oc.MaxTurns}, w.Test[i].Question, w.Test[i].K)
+		e, err := protocol.NewEpisode(p, nil, byteTok{}, protocol.Config{Context: protocol.Mempo, MaxTurns: oc.MaxTurns}, w.Test[i].Question, w.Test[i].K)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,6 +79,7 @@ func (e *evalCmd) flags() *app.Flags {
 		app.List(&in.Tests, cli.StringSliceFlag{Name: "test", Category: "Inputs", Usage: "`K=DIR`: a prompts dataset of K-objective questions (instead of, or besides, --task's test sets)"}, eval.ParseTestSet),
 		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", TakesFile: true, Usage: "BM25 index `DIR` to search (required unless --from)"}),
 		app.Load(&roll.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE` the policies were trained with (default: the built-in MemPO format)"}, protocol.Load),
+		torchflag.ChatTemplate(&roll.ChatTemplate),
 		app.Int(&roll.N, cli.IntFlag{Name: "n", Category: "Eval", Usage: "trajectories per question (1 with --temperature 0 is greedy); a question's figures are the mean over its trajectories"}),
 		app.Float64(&roll.Temperature, cli.Float64Flag{Name: "temperature", Category: "Eval", Usage: "sampling temperature; 0 is greedy"}),
 		app.Int(&roll.MaxTurns, cli.IntFlag{Name: "max-turns", Category: "Eval", Usage: "turn budget per trajectory"}),

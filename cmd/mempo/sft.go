@@ -44,6 +44,7 @@ func (s *sftCmd) flags() *app.Flags {
 		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", Required: true, TakesFile: true, Usage: "search index `DIR` ('mempo index' over the task's corpus.jsonl): the one the rollouts use, so observations match"}),
 		app.String(&in.Policy, cli.StringFlag{Name: "policy", Category: "Inputs", Required: true, TakesFile: true, Usage: "checkpoint `DIR` to train, with its tokenizer.json (e.g. from 'mempo init-model')"}),
 		app.Load(&cfg.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE`; default: the built-in MemPO format"}, protocol.Load),
+		torchflag.ChatTemplate(&cfg.ChatTemplate),
 		app.Enum(&cfg.Context, cli.StringFlag{Name: "context", Category: "Episode", Usage: "context policy the rollouts will use: mempo, mem1 or full"}, protocol.ParseContextPolicy),
 		app.Int(&cfg.MaxTurns, cli.IntFlag{Name: "max-turns", Category: "Episode", Usage: "turn budget of the oracle's episodes; its last turn always answers"}),
 		app.Int(&cfg.RetrievalTopK, cli.IntFlag{Name: "retrieval-topk", Category: "Episode", Usage: "documents returned per search"}),

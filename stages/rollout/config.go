@@ -60,6 +60,11 @@ type Config struct {
 	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
 	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
 	Attention string `json:"attention,omitempty"`
+	// ChatTemplate says what renders the first context of an episode: "" or
+	// "checkpoint", the policy's own Jinja chat template (tokenizer_config.json; the
+	// protocol's chat glue, with a warning, when it has none), or "protocol", always the
+	// protocol's glue. Keyed: it changes the prompts.
+	ChatTemplate string `json:"chat_template,omitempty"`
 	// MaxBatch bounds the sequences of one generate call (0: all active trajectories of
 	// the shard at once). It bounds memory, not results, so it is not keyed: every
 	// request has its own random stream (see qwen2.Generate on batch independence).

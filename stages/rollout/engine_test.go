@@ -363,7 +363,7 @@ func BenchmarkServerEngine(b *testing.B) {
 				eps := make([]*protocol.Episode, 16)
 				slots := map[*protocol.Episode]slot{}
 				for i := range eps {
-					eps[i], _ = protocol.NewEpisode(cfg.Protocol, f.tok, cfg.Episode(), q.Question, q.K)
+					eps[i], _ = protocol.NewEpisode(cfg.Protocol, nil, f.tok, cfg.Episode(), q.Question, q.K)
 					slots[eps[i]] = slot{uid: q.UID, sample: i}
 				}
 				gen := &episodes{s: s, seed: seed, slots: slots, tokens: func(n int64) { tokens.Add(n) }}

@@ -290,7 +290,7 @@ func BenchmarkRollout(b *testing.B) {
 		eps := make([]*protocol.Episode, 16)
 		slots := map[*protocol.Episode]slot{}
 		for i := range eps {
-			if eps[i], err = protocol.NewEpisode(cfg.Protocol, f.tok, cfg.Episode(), q.Question, q.K); err != nil {
+			if eps[i], err = protocol.NewEpisode(cfg.Protocol, nil, f.tok, cfg.Episode(), q.Question, q.K); err != nil {
 				b.Fatal(err)
 			}
 			slots[eps[i]] = slot{uid: q.UID, sample: i}

@@ -25,6 +25,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 )
@@ -79,7 +80,14 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 	if s.tok, maxPositions, err = policyTokenizer(in.Policy); err != nil {
 		return nil, fmt.Errorf("rollout: --policy: %w", err)
 	}
-	if err := checkPrompts(cfg, s.tok, s.prompts, maxPositions); err != nil {
+	tmpl, err := chat.ForCheckpoint(in.Policy, cfg.ChatTemplate, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: --policy: %w", err)
+	}
+	if tmpl != nil {
+		s.chat = tmpl
+	}
+	if err := checkPrompts(cfg, s.chat, s.tok, s.prompts, maxPositions); err != nil {
 		return nil, fmt.Errorf("rollout: --prompts %s with --policy %s: %w", in.Prompts, in.Policy, err)
 	}
 	policy, err := jobs.CheckpointInput("policy", in.Policy)
@@ -130,9 +138,9 @@ func policyTokenizer(dir string) (*bpe.Tokenizer, int, error) {
 // would be recorded empty and the log-prob stage, which scores prompt and response
 // together, would fail on the whole dataset. (A later turn of the full context policy
 // can still outgrow the model; sample records that turn as truncated.)
-func checkPrompts(cfg Config, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) error {
+func checkPrompts(cfg Config, c protocol.Chat, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) error {
 	for _, p := range prompts {
-		e, err := protocol.NewEpisode(cfg.Protocol, tok, cfg.Episode(), p.Question, max(len(p.Golds), 1))
+		e, err := protocol.NewEpisode(cfg.Protocol, c, tok, cfg.Episode(), p.Question, max(len(p.Golds), 1))
 		if err != nil {
 			return fmt.Errorf("uid %s: %w", p.UID, err)
 		}
@@ -158,6 +166,7 @@ type stage struct {
 	log     *slog.Logger
 	prompts []format.Prompt
 	tok     *bpe.Tokenizer
+	chat    protocol.Chat // the policy's chat template; nil: the protocol's glue
 	digest  string
 	ret     search.Documents
 
@@ -254,7 +263,7 @@ func (s *stage) episodes(prompts []format.Prompt) ([]*protocol.Episode, map[*pro
 	for _, p := range prompts {
 		k := max(len(p.Golds), 1)
 		for i := range s.cfg.N {
-			e, err := protocol.NewEpisode(s.cfg.Protocol, s.tok, s.cfg.Episode(), p.Question, k)
+			e, err := protocol.NewEpisode(s.cfg.Protocol, s.chat, s.tok, s.cfg.Episode(), p.Question, k)
 			if err != nil {
 				return nil, nil, fmt.Errorf("uid %s: %w", p.UID, err)
 			}

@@ -77,6 +77,11 @@ type Config struct {
 	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
 	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
 	Attention string `json:"attention,omitempty"`
+	// ChatTemplate says what renders the first context of an episode: "" or
+	// "checkpoint", the policy's own Jinja chat template (tokenizer_config.json; the
+	// protocol's chat glue, with a warning, when it has none), or "protocol", always the
+	// protocol's glue. Keyed: it changes the prompts.
+	ChatTemplate string `json:"chat_template,omitempty"`
 	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
 	// instead of keeping them (qwen2.Checkpointed): far less memory per batch for one
 	// more forward pass. The gradients equal the plain pass's to float32 rounding.

@@ -92,12 +92,13 @@ func questions(in Inputs, limit int) (*task.World, []task.Prompt, error) {
 	return w, out, nil
 }
 
-// replay runs an oracle trajectory through an episode with the policy's tokenizer: each
+// replay runs an oracle trajectory through an episode with the policy's tokenizer and
+// chat template c (nil: the protocol's glue): each
 // step's context is what the context policy builds, its response the oracle's text
 // encoded, and each search is answered with the documents the oracle retrieved, so the
 // pairs are exactly what a rollout of these responses would record.
-func replay(p *protocol.Protocol, tok protocol.Tokenizer, cfg protocol.Config, q task.Prompt, tr task.Trajectory) ([]example, error) {
-	e, err := protocol.NewEpisode(p, tok, cfg, q.Question, q.K)
+func replay(p *protocol.Protocol, c protocol.Chat, tok protocol.Tokenizer, cfg protocol.Config, q task.Prompt, tr task.Trajectory) ([]example, error) {
+	e, err := protocol.NewEpisode(p, c, tok, cfg, q.Question, q.K)
 	if err != nil {
 		return nil, fmt.Errorf("question %s: %w", q.UID, err)
 	}

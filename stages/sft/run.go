@@ -17,6 +17,7 @@ import (
 	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
@@ -102,6 +103,7 @@ type run struct {
 	cfg       Config
 	in        Inputs
 	p         *protocol.Protocol
+	chat      protocol.Chat // the policy's chat template; nil: the protocol's glue
 	seed      int64
 	now       func() time.Time
 	log       *slog.Logger
@@ -145,6 +147,13 @@ func (r *run) prepare(ctx context.Context) (train.Plan, error) {
 	if err := mc.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
 		return train.Plan{}, fmt.Errorf("policy %s: %w", r.in.Policy, err)
 	}
+	tmpl, err := chat.ForCheckpoint(r.in.Policy, r.cfg.ChatTemplate, r.log)
+	if err != nil {
+		return train.Plan{}, fmt.Errorf("policy: %w", err)
+	}
+	if tmpl != nil {
+		r.chat = tmpl
+	}
 	r.model = mc
 	if r.cfg.DType != "" {
 		r.model.TorchDType = r.cfg.DType
@@ -170,7 +179,7 @@ func (r *run) clone(ctx context.Context, tok *bpe.Tokenizer, maxPositions int) (
 		if r.trajs[i], err = oracle.Play(ctx, q); err != nil {
 			return nil, fmt.Errorf("oracle: %w", err)
 		}
-		exs, err := replay(r.p, tok, protocol.Config{Context: r.cfg.Context, MaxTurns: r.cfg.MaxTurns}, q, r.trajs[i])
+		exs, err := replay(r.p, r.chat, tok, protocol.Config{Context: r.cfg.Context, MaxTurns: r.cfg.MaxTurns}, q, r.trajs[i])
 		if err != nil {
 			return nil, err
 		}

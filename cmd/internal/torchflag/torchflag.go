@@ -1,6 +1,7 @@
 // Package torchflag is the command-line glue of the binaries that run tensors: the
-// libtorch runtime flags they share and the AdamW flags of the two training commands,
-// each bound to the config field it sets, so that every command spells them alike.
+// libtorch runtime flags they share, the AdamW flags of the two training commands and
+// the prompt flag of the commands that start episodes, each bound to the config field it
+// sets, so that every command spells them alike.
 package torchflag
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
@@ -52,6 +54,19 @@ func Attention(dst *string) app.Flag {
 			return fmt.Errorf("%q: want auto, eager or sdpa", *dst)
 		}
 		return nil
+	})
+}
+
+// ChatTemplate binds --chat-template to a stage's ChatTemplate field: what renders an
+// episode's first context (chat.ForCheckpoint).
+func ChatTemplate(dst *string) app.Flag {
+	return app.String(dst, cli.StringFlag{Name: "chat-template", Category: "Inputs",
+		Usage: "what renders the first prompt: checkpoint (the policy's own Jinja chat_template of tokenizer_config.json, as transformers' apply_chat_template; " +
+			"the protocol's chat glue, with a warning, when it has none) or protocol (always the protocol description's chat_template glue)"}).Check(func() error {
+		if *dst == chat.FromCheckpoint {
+			*dst = "" // the default's one spelling, so the cache key does not tell them apart
+		}
+		return chat.CheckMode(*dst)
 	})
 }
 

@@ -37,6 +37,7 @@ func (cmd *command) flags() *app.Flags {
 		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", TakesFile: true, Usage: "local BM25 index `DIR` built by 'mempo index' (or use --retriever-url)"}),
 		app.String(&cfg.RetrieverURL, cli.StringFlag{Name: "retriever-url", Category: "Inputs", Usage: "Search-R1 retrieval server `URL` (http://host:port or its /retrieve endpoint), instead of --index"}),
 		app.Load(&cfg.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE` (tags, prompt, observation format); default: the built-in MemPO format"}, protocol.Load),
+		torchflag.ChatTemplate(&cfg.ChatTemplate),
 
 		app.Int(&cfg.N, cli.IntFlag{Name: "n", Category: "Rollout", Usage: "trajectories sampled per prompt (the GRPO group size)"}),
 		app.Enum(&cfg.Context, cli.StringFlag{Name: "context", Category: "Rollout", Usage: "context policy: mempo (prompt + previous memory and action + latest observation), mem1 (prompt + previous turn + latest observation) or full (everything)"}, protocol.ParseContextPolicy),
