@@ -26,12 +26,15 @@ func sftCommand() *cli.Command {
 	s := &sftCmd{cfg: sft.DefaultConfig()}
 	return app.Command(&cli.Command{
 		Name:  "sft",
-		Usage: "warm-start a policy by behaviour cloning of the scripted oracle",
+		Usage: "warm-start a policy by behaviour cloning of the scripted oracle or of given rollouts",
 		Description: `Plays the task's questions with the scripted oracle against --index, replays each
 trajectory through the agent protocol with the policy's tokenizer (so every turn's
 context and response ids are exactly what a rollout would see and produce), and trains
-the policy on the mean NLL of the response tokens only. The held-out loss is reported
-before and after. The output is a cached checkpoint artifact; a killed run resumes
+the policy on the mean NLL of the response tokens only. With --rollouts instead of
+--task and --index, it trains on the turns of a rollouts dataset as they were recorded
+(trajectories you provide: a stronger policy's rollouts through 'mempo-rollout --engine
+server', filtered as you see fit), whose ids must come from this policy's tokenizer.
+The held-out loss is reported before and after. The output is a cached checkpoint artifact; a killed run resumes
 from its last snapshot.`,
 	}, s.flags(), s.run)
 }
@@ -39,9 +42,10 @@ from its last snapshot.`,
 func (s *sftCmd) flags() *app.Flags {
 	cfg, in := &s.cfg, &s.in
 	return app.Bind(cfg, app.Unbound(sftOutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
-		app.String(&in.Task, cli.StringFlag{Name: "task", Category: "Inputs", Required: true, TakesFile: true, Usage: "task `DIR` written by 'mempo gen-task': its task.json regenerates the world the oracle knows"}),
+		app.String(&in.Task, cli.StringFlag{Name: "task", Category: "Inputs", TakesFile: true, Usage: "task `DIR` written by 'mempo gen-task': its task.json regenerates the world the oracle knows (or --rollouts)"}),
+		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", TakesFile: true, Usage: "rollouts dataset `DIR` to train on instead of the oracle of --task: every turn's response after its recorded context"}),
 		app.String(&in.Prompts, cli.StringFlag{Name: "prompts", Category: "Inputs", TakesFile: true, Usage: "prompts dataset `DIR` to clone (default: the task's prompts-train)"}),
-		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", Required: true, TakesFile: true, Usage: "search index `DIR` ('mempo index' over the task's corpus.jsonl): the one the rollouts use, so observations match"}),
+		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", TakesFile: true, Usage: "search index `DIR` ('mempo index' over the task's corpus.jsonl): the one the rollouts use, so observations match (with --task)"}),
 		app.String(&in.Policy, cli.StringFlag{Name: "policy", Category: "Inputs", Required: true, TakesFile: true, Usage: "checkpoint `DIR` to train, with its tokenizer.json (e.g. from 'mempo init-model')"}),
 		app.Load(&cfg.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE`; default: the built-in MemPO format"}, protocol.Load),
 		torchflag.ChatTemplate(&cfg.ChatTemplate),

@@ -17,10 +17,13 @@ import (
 
 // Inputs are what SFT reads.
 type Inputs struct {
-	Task    string // task directory: its task.json regenerates the world the oracle knows
-	Prompts string // prompts dataset to clone; "" is the task's prompts-train
-	Index   string // search index the rollouts use (`mempo index` over the task's corpus)
-	Policy  string // checkpoint to train, with its tokenizer.json
+	Task string // task directory: its task.json regenerates the world the oracle knows
+	// Rollouts is a rollouts dataset to train on instead of the oracle of Task: each
+	// turn's response after its context, as a rollout recorded them.
+	Rollouts string
+	Prompts  string // prompts dataset to clone; "" is the task's prompts-train
+	Index    string // search index the rollouts use (`mempo index` over the task's corpus)
+	Policy   string // checkpoint to train, with its tokenizer.json
 }
 
 func (in Inputs) prompts() string {

@@ -46,9 +46,9 @@ const planStream = 0x7366742d706c616e // "sft-plan"
 // heldBefore names the held-out loss before training among Start's figures.
 const heldBefore = "heldout_loss_before"
 
-// Run clones the oracle into the checkpoint spec.Out with the training loop update and
-// SFT share (train.Loop). It is keyed by task.json, the prompts dataset, the index, the
-// policy, cfg and the seed; a rerun with the same key is a cache hit, and a killed run
+// Run clones the oracle, or the turns of in.Rollouts, into the checkpoint spec.Out with
+// the training loop update and SFT share (train.Loop). It is keyed by task.json, the
+// prompts dataset and the index (or the rollouts), the policy, cfg and the seed; a rerun with the same key is a cache hit, and a killed run
 // resumes from its last snapshot in the temp dir beside spec.Out and ends with the same
 // weights. Snapshots are saved at each epoch's end unless opt says otherwise
 // (train.WithSnapshotEvery).
@@ -62,24 +62,25 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		p = protocol.Default()
 	}
 	spec = spec.WithDefaults()
-	w, qs, err := questions(in, cfg.Questions)
-	if err != nil {
-		return nil, fmt.Errorf("sft: %w", err)
+	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log}
+	var inputs []format.Input
+	var err error
+	switch {
+	case in.Rollouts != "" && in.Task != "":
+		return nil, fmt.Errorf("sft: --task and --rollouts: clone the task's oracle or train on rollouts, not both: %w", ErrConfig)
+	case in.Rollouts == "" && in.Task == "":
+		return nil, fmt.Errorf("sft: no --task and no --rollouts: clone a task's oracle (--task, --index) or train on a rollouts dataset (--rollouts): %w", ErrConfig)
+	case in.Rollouts != "":
+		if inputs, err = rolloutInputs(in); err != nil {
+			return nil, fmt.Errorf("sft: %w", err)
+		}
+	default:
+		var idx *search.Local
+		if idx, inputs, err = r.oracleInputs(); err != nil {
+			return nil, fmt.Errorf("sft: %w", err)
+		}
+		defer idx.Close()
 	}
-	if in.Index == "" {
-		return nil, fmt.Errorf("sft: no --index: the oracle searches the index the rollouts use (build it with `mempo index --corpus %s`): %w",
-			filepath.Join(in.Task, task.CorpusFile), ErrConfig)
-	}
-	idx, err := search.OpenLocal(in.Index, search.LocalConfig{})
-	if err != nil {
-		return nil, fmt.Errorf("sft: --index: %w", err)
-	}
-	defer idx.Close()
-	inputs, err := keyedInputs(in, idx.Meta().Key)
-	if err != nil {
-		return nil, fmt.Errorf("sft: %w", err)
-	}
-	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log, world: w, questions: qs, index: idx}
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "step", Units: "steps",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
@@ -93,8 +94,32 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		return res, err
 	}
 	fmt.Fprintf(spec.Stdout, "sft: wrote %s (%d trajectories, %d turns, %d steps, held-out loss %.4f → %.4f)\n",
-		spec.Out, len(r.trajs), len(r.examples), len(r.steps), r.before, r.after)
+		spec.Out, r.trajectories, len(r.examples), len(r.steps), r.before, r.after)
 	return res, nil
+}
+
+// oracleInputs regenerates the task's world and questions and opens the index for the
+// oracle, and returns the index and the keyed inputs of SFT on the task.
+func (r *run) oracleInputs() (*search.Local, []format.Input, error) {
+	w, qs, err := questions(r.in, r.cfg.Questions)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.in.Index == "" {
+		return nil, nil, fmt.Errorf("no --index: the oracle searches the index the rollouts use (build it with `mempo index --corpus %s`): %w",
+			filepath.Join(r.in.Task, task.CorpusFile), ErrConfig)
+	}
+	idx, err := search.OpenLocal(r.in.Index, search.LocalConfig{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--index: %w", err)
+	}
+	inputs, err := keyedInputs(r.in, idx.Meta().Key)
+	if err != nil {
+		idx.Close()
+		return nil, nil, err
+	}
+	r.world, r.questions, r.index = w, qs, idx
+	return idx, inputs, nil
 }
 
 // run holds one SFT's data: the oracle's trajectories replayed into examples, the
@@ -111,7 +136,8 @@ type run struct {
 	questions []task.Prompt
 	index     search.Retriever
 
-	trajs         []task.Trajectory
+	trajs         []task.Trajectory // the oracle's; none when training on rollouts
+	trajectories  int               // the trajectories examples come from
 	examples      []example
 	held          []example
 	steps         []batch
@@ -158,10 +184,16 @@ func (r *run) prepare(ctx context.Context) (train.Plan, error) {
 	if r.cfg.DType != "" {
 		r.model.TorchDType = r.cfg.DType
 	}
-	perTraj, err := r.clone(ctx, tok, mc.MaxPositions)
+	var perTraj [][]int
+	if r.in.Rollouts != "" {
+		r.examples, perTraj, err = fromRollouts(r.in.Rollouts, mc.MaxPositions)
+	} else {
+		perTraj, err = r.clone(ctx, tok, mc.MaxPositions)
+	}
 	if err != nil {
 		return train.Plan{}, err
 	}
+	r.trajectories = len(perTraj)
 	return r.layout(perTraj), nil
 }
 
@@ -199,7 +231,7 @@ func (r *run) clone(ctx context.Context, tok *bpe.Tokenizer, maxPositions int) (
 func (r *run) layout(perTraj [][]int) train.Plan {
 	pcg := rand.NewPCG(uint64(r.seed), planStream)
 	rng := rand.New(pcg)
-	trainT, heldT := split(len(r.questions), r.cfg.HeldOut, rng)
+	trainT, heldT := split(len(perTraj), r.cfg.HeldOut, rng)
 	var trainIdx []int
 	for _, i := range trainT {
 		trainIdx = append(trainIdx, perTraj[i]...)
@@ -289,11 +321,15 @@ func (r *run) finish(m *qwen2.Model, start map[string]float64, mets []Metric) (m
 		return nil, fmt.Errorf("held-out loss: %w", err)
 	}
 	r.before = start[heldBefore]
-	return summary(r.before, r.after, mets, r.trajs, len(r.examples), len(r.held)), nil
+	return summary(r.before, r.after, mets, r.trajectories, r.trajs, len(r.examples), len(r.held)), nil
 }
 
-// write adds the trajectories cloned to the checkpoint.
+// write adds the oracle's trajectories cloned to the checkpoint (none when training
+// on rollouts, which stay in their dataset).
 func (r *run) write(dir string) error {
+	if r.in.Rollouts != "" {
+		return nil
+	}
 	var oracle bytes.Buffer
 	if err := task.WriteJSONL(&oracle, r.trajs); err != nil {
 		return err
@@ -330,9 +366,9 @@ func trainStep(pass passes, adam *train.AdamW, cfg Config, examples []example, b
 
 // summary is trainer_state.json's metrics: the data's sizes, the held-out loss before
 // and after, the oracle's retention and the first and last training loss.
-func summary(before, after float64, mets []Metric, trajs []task.Trajectory, turns, held int) map[string]float64 {
+func summary(before, after float64, mets []Metric, trajectories int, trajs []task.Trajectory, turns, held int) map[string]float64 {
 	out := map[string]float64{
-		"trajectories": float64(len(trajs)), "turns": float64(turns), "heldout_turns": float64(held),
+		"trajectories": float64(trajectories), "turns": float64(turns), "heldout_turns": float64(held),
 		"steps": float64(len(mets)),
 	}
 	if held > 0 {

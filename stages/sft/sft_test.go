@@ -2,6 +2,7 @@ package sft
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/jobs/jobstest"
 	"github.com/mempo/mempo/model/bpe"
@@ -224,4 +227,61 @@ func TestRunRejects(t *testing.T) {
 		}
 		t.Log(err)
 	})
+}
+
+// TestRunRollouts trains on a rollouts dataset that holds exactly the turns the oracle's
+// replay gives (one sample per question, in the task's order): the same trajectories,
+// turns and held-out split as SFT on the task, so the same weights bit for bit; and
+// --task with --rollouts, or neither, is refused.
+func TestRunRollouts(t *testing.T) {
+	f := newFixture(t)
+	cfg := testConfig()
+	r := planned(t, cfg, f.in)
+	var rows []format.Rollout
+	for _, e := range r.examples {
+		resp := int32s(e.Response)
+		rows = append(rows, format.Rollout{UID: e.UID, Turn: int32(e.Turn), PromptIDs: int32s(e.Context), ResponseIDs: resp,
+			SamplingLogprobs: make([]float32, len(resp)), Action: "search", Finish: "stop"})
+	}
+	rolls := filepath.Join(f.dir, "rollouts")
+	if _, err := formattest.WriteDataset(rolls, "test", [][]format.Rollout{rows}); err != nil {
+		t.Fatal(err)
+	}
+	fromTask, err := Run(context.Background(), cfg, f.in, jobs.Spec{Out: filepath.Join(f.dir, "sft-task"), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Inputs{Rollouts: rolls, Policy: f.in.Policy}
+	fromRolls, err := Run(context.Background(), cfg, in, jobs.Spec{Out: filepath.Join(f.dir, "sft-rollouts"), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"trajectories", "turns", "heldout_turns", "heldout_loss_before", "heldout_loss_after", "train_loss_last"} {
+		if a, b := fromRolls.State.Metrics[k], fromTask.State.Metrics[k]; a != b {
+			t.Errorf("%s: %v on rollouts, %v on the task", k, a, b)
+		}
+	}
+	for _, name := range []string{"model.safetensors"} {
+		a, _ := os.ReadFile(filepath.Join(f.dir, "sft-task", name))
+		b, _ := os.ReadFile(filepath.Join(f.dir, "sft-rollouts", name))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between SFT on the task and on its replayed turns", name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "sft-rollouts", OracleFile)); !os.IsNotExist(err) {
+		t.Errorf("SFT on rollouts wrote %s (%v)", OracleFile, err)
+	}
+	for _, bad := range []Inputs{{Task: f.in.Task, Index: f.in.Index, Rollouts: rolls, Policy: f.in.Policy}, {Policy: f.in.Policy}} {
+		if _, err := Run(context.Background(), cfg, bad, jobs.Spec{Out: filepath.Join(t.TempDir(), "x"), Seed: 1}); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run(%+v) = %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+func int32s(ids []int64) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
 }
