@@ -9,15 +9,18 @@ import (
 
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
 // copyTokenizer gives the checkpoint in dir the tokenizer set of from: tokenizer.json
 // and its companions tokenizer_config.json and special_tokens_map.json. A from without
-// tokenizer.json gives nothing. A from without the companions (checkpoints written
-// before they existed, or a tokenizer.json brought alone) gets them generated from its
-// tokenizer and mc: eos and bos as config.json names them, pad <|endoftext|> when the
-// tokenizer has it, and the ChatML template the agent protocol renders prompts with.
+// tokenizer.json gives nothing. Each companion from has is copied byte for byte, so a
+// user's checkpoint keeps its chat template and special tokens through training; one
+// it lacks (checkpoints written before they existed, or a tokenizer.json brought alone)
+// is generated from its tokenizer and mc: eos and bos as config.json names them, pad
+// <|endoftext|> when the tokenizer has it, and from's chat template, else the ChatML
+// template the agent protocol renders prompts with.
 func copyTokenizer(dir, from string, mc qwen2.Config) error {
 	src := filepath.Join(from, jobs.TokenizerFile)
 	if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
@@ -26,18 +29,16 @@ func copyTokenizer(dir, from string, mc qwen2.Config) error {
 	if err := jobs.CopyFile(filepath.Join(dir, jobs.TokenizerFile), src); err != nil {
 		return err
 	}
-	complete := true
+	var missing []string
 	for _, name := range bpe.CompanionFiles {
-		if _, err := os.Stat(filepath.Join(from, name)); err != nil {
-			complete = false
+		err := jobs.CopyFile(filepath.Join(dir, name), filepath.Join(from, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, name)
+		} else if err != nil {
+			return err
 		}
 	}
-	if complete {
-		for _, name := range bpe.CompanionFiles {
-			if err := jobs.CopyFile(filepath.Join(dir, name), filepath.Join(from, name)); err != nil {
-				return err
-			}
-		}
+	if len(missing) == 0 {
 		return nil
 	}
 	tok, err := bpe.Load(src)
@@ -48,7 +49,25 @@ func copyTokenizer(dir, from string, mc qwen2.Config) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer of %s: %w", from, err)
 	}
-	return tok.SaveHFConfig(dir, cfg)
+	if t, err := chat.Load(from); err == nil {
+		cfg.ChatTemplate = t.Source
+	} else if !errors.Is(err, chat.ErrNoTemplate) {
+		return err
+	}
+	gen, err := os.MkdirTemp("", "mempo-tokenizer-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(gen)
+	if err := tok.SaveHFConfig(gen, cfg); err != nil {
+		return err
+	}
+	for _, name := range missing {
+		if err := jobs.CopyFile(filepath.Join(dir, name), filepath.Join(gen, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hfConfig is the tokenizer_config.json of tok for a model with config mc.

@@ -13,6 +13,34 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 )
 
+// TestCopyTokenizerKeepsUsersFiles: a user's checkpoint whose tokenizer_config.json
+// has its own chat template (and no special_tokens_map.json) keeps that file byte for
+// byte through training; the missing map is generated.
+func TestCopyTokenizerKeepsUsersFiles(t *testing.T) {
+	tok, err := bpe.Train(slices.Values([]string{"who founded acme"}), bpe.TrainConfig{VocabSize: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := 2
+	from, dir := t.TempDir(), t.TempDir()
+	if err := tok.Save(filepath.Join(from, jobs.TokenizerFile)); err != nil {
+		t.Fatal(err)
+	}
+	users := []byte(`{"chat_template": "{{ messages[0].content }}!", "eos_token": "<|im_end|>", "model_max_length": 32768}`)
+	if err := os.WriteFile(filepath.Join(from, bpe.ConfigFile), users, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyTokenizer(dir, from, qwen2.Config{MaxPositions: 128, EOSTokenID: &eos}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, bpe.ConfigFile)); !bytes.Equal(got, users) {
+		t.Errorf("%s = %s, want the user's file %s", bpe.ConfigFile, got, users)
+	}
+	if _, err := os.Stat(filepath.Join(dir, bpe.SpecialTokensFile)); err != nil {
+		t.Errorf("the missing %s was not generated: %v", bpe.SpecialTokensFile, err)
+	}
+}
+
 func TestCopyTokenizer(t *testing.T) {
 	tok, err := bpe.Train(slices.Values([]string{"who founded acme", "<mem>m</mem>"}), bpe.TrainConfig{VocabSize: 300})
 	if err != nil {
