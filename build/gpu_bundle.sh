@@ -44,7 +44,7 @@ cp build/gpu_check/bundle.sh "$d/gpu-check.sh"
 cp build/gpu_check/run.sh build/gpu_check/sections.sh build/gpu_check/report.sh "$d/build/gpu_check/"
 cp build/libtorch.sh build/libtorch_version.sh build/check_cuda_build.sh "$d/build/"
 cp build/bench_compare/compare.py "$d/build/bench_compare/"
-cp pipelines/demo.mk pipelines/embedded.mk pipelines/mempo.mk pipelines/demo-protocol.json "$d/pipelines/"
+cp pipelines/demo.mk pipelines/embedded.mk pipelines/mempo.mk pipelines/rl.mk pipelines/demo-protocol.json "$d/pipelines/"
 echo "$rev" >"$d/REVISION"
 # The newest glibc symbol version the binaries need, which gpu-check.sh checks first.
 objdump -T "$d/bin/mempo" "$d"/tests/*.test | grep -oE 'GLIBC_[0-9.]+' | sed 's/GLIBC_//' | sort -Vu | tail -1 >"$d/GLIBC"

@@ -28,7 +28,7 @@ list=$(tar -tvJf "$tarball")
 name=$(basename "$tarball" .tar.xz)
 for f in gpu-check.sh REVISION GLIBC bin/mempo bin/CODE_VERSION tests/qwen2.test tests/train.test tests/update.test \
   build/gpu_check/run.sh build/gpu_check/sections.sh build/gpu_check/report.sh build/libtorch.sh build/libtorch_version.sh \
-  build/check_cuda_build.sh build/bench_compare/compare.py pipelines/demo.mk pipelines/mempo.mk \
+  build/check_cuda_build.sh build/bench_compare/compare.py pipelines/demo.mk pipelines/mempo.mk pipelines/rl.mk \
   pipelines/embedded.mk pipelines/demo-protocol.json; do
   grep -q " $name/$f\$" <<<"$list" || bad "the bundle has no $f"
 done

@@ -1,7 +1,10 @@
 // Package pipelines holds no code: its Make fragments wire the stage binaries into DAGs
-// whose targets are the stages' commit records, and its test runs them end to end.
+// whose targets are the stages' commit records, and its tests run them end to end.
 //
-//	mempo.mk       one run: N MemPO (or GRPO) iterations from a policy
+//	rl.mk          RL iterations of each variant from a start policy, and their evaluation
+//	mempo.mk       one run on the embedded synthetic task: task, index, init-model, SFT, rl.mk
+//	run.mk         your own run: import, index (or a retrieval server), optional SFT on
+//	               rollouts, rl.mk from a pretrained checkpoint, evaluation on your test split
 //	embedded.mk    the embedded default's settings: task, index, init-model, SFT
 //	demo.mk        the demo: MemPO, GRPO and the baselines, evaluated (make demo)
 //	experiment.mk  variants × seeds on one task, reported with intervals (make experiment)

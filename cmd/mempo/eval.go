@@ -77,7 +77,8 @@ func (e *evalCmd) flags() *app.Flags {
 			Usage: "`SEED=DIR`: the --out directory of an earlier 'mempo eval' run of one training seed; repeat for each seed. Rolls out nothing: reports the cached runs across the seeds"}, eval.ParseSeed),
 		app.String(&in.Task, cli.StringFlag{Name: "task", Category: "Inputs", TakesFile: true, Usage: "task `DIR` from 'mempo gen-task': its test sets, and the facts behind each question for the retention figure"}),
 		app.List(&in.Tests, cli.StringSliceFlag{Name: "test", Category: "Inputs", Usage: "`K=DIR`: a prompts dataset of K-objective questions (instead of, or besides, --task's test sets)"}, eval.ParseTestSet),
-		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", TakesFile: true, Usage: "BM25 index `DIR` to search (required unless --from)"}),
+		app.String(&in.Index, cli.StringFlag{Name: "index", Category: "Inputs", TakesFile: true, Usage: "BM25 index `DIR` to search (or --retriever-url; one is required unless --from)"}),
+		app.String(&in.RetrieverURL, cli.StringFlag{Name: "retriever-url", Category: "Inputs", Usage: "Search-R1 retrieval server `URL` (http://host:port or its /retrieve endpoint) to search instead of --index"}),
 		app.Load(&roll.Protocol, cli.StringFlag{Name: "protocol", Category: "Inputs", TakesFile: true, Usage: "protocol description `FILE` the policies were trained with (default: the built-in MemPO format)"}, protocol.Load),
 		torchflag.ChatTemplate(&roll.ChatTemplate),
 		app.Int(&roll.N, cli.IntFlag{Name: "n", Category: "Eval", Usage: "trajectories per question (1 with --temperature 0 is greedy); a question's figures are the mean over its trajectories"}),
@@ -111,7 +112,7 @@ func (e *evalCmd) run(c *cli.Context) error {
 // under the job's context policy.
 func (e *evalCmd) rollout(ctx context.Context, j eval.Job, spec jobs.Spec) error {
 	cfg := e.roll
-	cfg.Context = j.Policy.Context
+	cfg.Context, cfg.RetrieverURL = j.Policy.Context, j.RetrieverURL
 	_, err := rollout.Run(ctx, cfg, rollout.Inputs{Prompts: j.Prompts, Policy: j.Policy.Dir, Index: j.Index}, spec)
 	return err
 }

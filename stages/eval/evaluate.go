@@ -109,18 +109,21 @@ type Inputs struct {
 	Task string
 	// Tests are more test sets, besides the task's.
 	Tests []TestSet
-	// Index is the search index the rollouts use.
-	Index string
+	// Index is the search index the rollouts use; RetrieverURL a Search-R1 retrieval
+	// server they use instead.
+	Index, RetrieverURL string
 }
 
 // A Job is one policy on one test set: its rollouts, then their scores.
 type Job struct {
-	Policy   Policy
-	K        int
-	Prompts  string // the test set's prompts dataset
-	Index    string // the search index
-	Rollouts string // the rollouts dataset to write
-	Scores   string // the scores dataset to write
+	Policy  Policy
+	K       int
+	Prompts string // the test set's prompts dataset
+	Index   string // the search index
+	// RetrieverURL is the retrieval server searched instead of Index, when set.
+	RetrieverURL string
+	Rollouts     string // the rollouts dataset to write
+	Scores       string // the scores dataset to write
 }
 
 // Steps are the two stages behind every job, each a cached stage run writing
@@ -211,8 +214,8 @@ func rollOut(ctx context.Context, in Inputs, sets []TestSet, spec jobs.Spec, ste
 			return nil, fmt.Errorf("--policy %s: want NAME=DIR[@CONTEXT] to roll out (a bare NAME reports a cached policy, with --from): %w", p.Name, ErrConfig)
 		}
 	}
-	if in.Index == "" {
-		return nil, fmt.Errorf("--index is required to roll out (or --from SEED=DIR to report earlier runs): %w", ErrConfig)
+	if in.Index == "" && in.RetrieverURL == "" {
+		return nil, fmt.Errorf("--index or --retriever-url is required to roll out (or --from SEED=DIR to report earlier runs): %w", ErrConfig)
 	}
 	if len(sets) == 0 {
 		return nil, fmt.Errorf("no test sets: give --task or --test K=DIR: %w", ErrConfig)
@@ -221,7 +224,7 @@ func rollOut(ctx context.Context, in Inputs, sets []TestSet, spec jobs.Spec, ste
 	for _, p := range in.Policies {
 		for _, set := range sets {
 			dir := RunDir(spec.Out, p.Name, set.K)
-			j := Job{Policy: p, K: set.K, Prompts: set.Dir, Index: in.Index,
+			j := Job{Policy: p, K: set.K, Prompts: set.Dir, Index: in.Index, RetrieverURL: in.RetrieverURL,
 				Rollouts: filepath.Join(dir, "rollouts"), Scores: filepath.Join(dir, "scores")}
 			if err := runJob(ctx, j, spec, steps); err != nil {
 				return nil, fmt.Errorf("eval %s on K=%d: %w", p.Name, set.K, err)

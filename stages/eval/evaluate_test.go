@@ -131,7 +131,7 @@ func TestEvaluateConfigErrors(t *testing.T) {
 		{"no resamples", Config{}, func(*Inputs) {}, "--bootstrap 0"},
 		{"no policies", Config{Resamples: 1}, func(in *Inputs) { in.Policies = nil }, "no policies"},
 		{"bare name to roll out", Config{Resamples: 1}, func(in *Inputs) { in.Policies = []Policy{{Name: "a"}} }, "--policy a: want NAME=DIR"},
-		{"no index", Config{Resamples: 1}, func(in *Inputs) { in.Index = "" }, "--index is required"},
+		{"no index", Config{Resamples: 1}, func(in *Inputs) { in.Index = "" }, "--index or --retriever-url is required"},
 		{"no test sets", Config{Resamples: 1}, func(in *Inputs) { in.Tests = nil }, "no test sets"},
 		{"no report from cache", Config{Resamples: 1, NoReport: true}, func(in *Inputs) { *in = Inputs{From: []Seed{{Label: "1", Dir: cached}}} }, "--no-report with --from"},
 		{"seed twice", Config{Resamples: 1}, func(in *Inputs) { *in = Inputs{From: []Seed{{Label: "1", Dir: cached}, {Label: "1", Dir: cached}}} }, "seed 1 given twice"},
@@ -206,5 +206,20 @@ func TestReadVariantsRefusesADirTwice(t *testing.T) {
 	runs := []VariantRun{{"mempo", "/r/1"}, {"grpo", "/r/2"}, {"mempo", "/r/1"}}
 	if _, err := ReadVariants(runs); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "/r/1 given twice for mempo") {
 		t.Errorf("ReadVariants with a directory twice = %v, want ErrConfig naming it", err)
+	}
+}
+
+// TestEvaluateRetrieverURL: without an index, a retrieval server's URL reaches every
+// job's rollout.
+func TestEvaluateRetrieverURL(t *testing.T) {
+	root := t.TempDir()
+	in := Inputs{Policies: []Policy{{Name: "a", Dir: "/a", Context: protocol.Mempo}}, Tests: []TestSet{{K: 1, Dir: "/p"}},
+		RetrieverURL: "http://127.0.0.1:8000/retrieve"}
+	var f fakeSteps
+	if _, err := Evaluate(context.Background(), Config{Resamples: 10, NoReport: true}, in, jobs.Spec{Out: root}, f.steps(t, root)); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.jobs) != 1 || f.jobs[0].RetrieverURL != in.RetrieverURL || f.jobs[0].Index != "" {
+		t.Errorf("jobs %+v, want one searching %s", f.jobs, in.RetrieverURL)
 	}
 }
