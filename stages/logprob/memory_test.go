@@ -84,7 +84,7 @@ func TestAnswerTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, _ := tok.Special("<answer>")
+	open, _ := tok.ID("<answer>")
 	want := append([]int64{int64(open)}, qwen2.Tokens(tok.Encode("paris; oslo"))...)
 	if diff := cmp.Diff(want, tg.ids); diff != "" || tg.from != 1 {
 		t.Errorf("answerTarget: from %d, ids (-want +got):\n%s", tg.from, diff)
