@@ -31,7 +31,8 @@ func i32(v int32) *int32     { return &v }
 func samplePrompts() []Prompt {
 	return []Prompt{
 		{UID: "p0", DataSource: "nq", Split: "train", SourceIndex: []int64{0}, Question: "who wrote hamlet",
-			Golds: [][]string{{"William Shakespeare", "Shakespeare"}}},
+			Golds: [][]string{{"William Shakespeare", "Shakespeare"}}, System: "You are a helpful assistant.",
+			User: "Answer the given question. Question: who wrote hamlet\n"},
 		{UID: "p1", DataSource: "hotpotqa", Split: "train", SourceIndex: []int64{3, 4},
 			Question: "capital of france; größte stadt der schweiz", Golds: [][]string{{"Paris"}, {"Zürich", "Zurich"}}},
 		{UID: "p2", DataSource: "nq", Split: "test"},

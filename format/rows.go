@@ -3,7 +3,9 @@ package format
 // Schema versions, one per kind. Bump a kind's version whenever its columns change
 // meaning, type or name; readers refuse any other version instead of guessing.
 const (
-	PromptsVersion = 1
+	// PromptsVersion 2 adds system and user: a question's own first messages as its
+	// source wrote them.
+	PromptsVersion = 2
 	// RolloutsVersion 2 records observation_ids for every observation; version 1 left
 	// them empty, so the memory pass scored P_full on histories without the retrieved
 	// documents.
@@ -40,6 +42,12 @@ type Prompt struct {
 	SourceIndex []int64    `arrow:"source_index"` // row indices in the source file, one per objective
 	Question    string     `arrow:"question"`
 	Golds       [][]string `arrow:"golds"` // golds[k] = accepted aliases of objective k
+	// System and User are the question's first messages as its source wrote them: an
+	// imported chat prompt's system message and the user message that wraps the
+	// question in the source's instructions. An empty User renders the protocol's system
+	// message and user template around Question instead (always for K > 1).
+	System string `arrow:"system"`
+	User   string `arrow:"user"`
 }
 
 // Rollout is one turn of one sampled trajectory: exactly what the policy saw

@@ -103,9 +103,29 @@ func NewEpisode(p *Protocol, chat Chat, tok Tokenizer, cfg Config, question stri
 	if err != nil {
 		return nil, err
 	}
+	return newEpisode(p, tok, cfg, text)
+}
+
+// NewEpisodeMessages is NewEpisode for a question whose source wrote its own first
+// messages (an imported chat prompt): system (none when empty) and user are rendered
+// as they are, with chat or the description's chat glue, instead of the description's
+// system message and user template.
+func NewEpisodeMessages(p *Protocol, chat Chat, tok Tokenizer, cfg Config, system, user string) (*Episode, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	text, err := p.render(chat, system, user)
+	if err != nil {
+		return nil, err
+	}
+	return newEpisode(p, tok, cfg, text)
+}
+
+// newEpisode encodes the first context text.
+func newEpisode(p *Protocol, tok Tokenizer, cfg Config, text string) (*Episode, error) {
 	prompt := tok.Encode(text)
 	if len(prompt) == 0 {
-		return nil, fmt.Errorf("question %.40q: the prompt encodes to no tokens: %w", question, ErrEpisode)
+		return nil, fmt.Errorf("first context %.40q encodes to no tokens: %w", text, ErrEpisode)
 	}
 	return &Episode{p: p, tok: tok, cfg: cfg, prompt: prompt}, nil
 }

@@ -212,19 +212,30 @@ func (p *Protocol) UserMessage(question string, k int) string {
 // Prompt renders the first context with the description's chat glue: ChatTemplate
 // around the system message and the user message with the question's K objectives.
 func (p *Protocol) Prompt(question string, k int) string {
-	// One pass, so a question holding "{user}" is not expanded twice.
-	return strings.NewReplacer("{system}", p.System, "{user}", p.UserMessage(question, k)).Replace(p.ChatTemplate)
+	return p.glue(p.System, p.UserMessage(question, k))
+}
+
+// glue is ChatTemplate around system and user, in one pass, so a message holding
+// "{user}" is not expanded twice.
+func (p *Protocol) glue(system, user string) string {
+	return strings.NewReplacer("{system}", system, "{user}", user).Replace(p.ChatTemplate)
 }
 
 // FirstContext renders the first context an episode starts from: with chat, a
 // checkpoint's template, or with Prompt's glue when chat is nil.
 func (p *Protocol) FirstContext(chat Chat, question string, k int) (string, error) {
+	return p.render(chat, p.System, p.UserMessage(question, k))
+}
+
+// render is the first context of system and user messages, with chat or, when chat is
+// nil, the glue.
+func (p *Protocol) render(chat Chat, system, user string) (string, error) {
 	if chat == nil {
-		return p.Prompt(question, k), nil
+		return p.glue(system, user), nil
 	}
-	text, err := chat.Prompt(p.System, p.UserMessage(question, k))
+	text, err := chat.Prompt(system, user)
 	if err != nil {
-		return "", fmt.Errorf("first context of %.40q: %w", question, err)
+		return "", fmt.Errorf("first context of %.40q: %w", user, err)
 	}
 	return text, nil
 }

@@ -40,6 +40,9 @@ func (im *importCmd) flags() *app.Flags {
 			Usage: "split of every question; empty takes extra_info.split (Parquet) or \"split\" (JSONL), else the file name"}),
 		app.String(&cfg.DataSource, cli.StringFlag{Name: "data-source", Category: "Import",
 			Usage: "data_source of every question; empty takes the data_source column or field, else the file name"}),
+		app.Bool(&cfg.DropPrompt, cli.BoolFlag{Name: "drop-prompt", Category: "Import",
+			Usage: "leave out each question's own chat prompt (a Parquet prompt column's system message and the user message wrapping the question in the source's instructions), " +
+				"so rollouts wrap the question in the protocol's user template; kept by default (K = 1), where the source's prompt renders the first context"}),
 		app.Int(&cfg.ShardRows, cli.IntFlag{Name: "shard-rows", Category: "Import",
 			Usage: "most prompts per shard; the plan is the fewest shards that respects it"}),
 	})

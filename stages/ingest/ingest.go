@@ -31,6 +31,10 @@ type Config struct {
 	// DataSource overrides every question's data_source. Empty: the data_source
 	// column or field, else the file name without extensions.
 	DataSource string `json:"data_source"`
+	// DropPrompt leaves out each question's own chat prompt (its system message and the
+	// user message wrapping it in the source's instructions), so the protocol's user
+	// template renders the question instead; a composed prompt (K > 1) never has one.
+	DropPrompt bool `json:"drop_prompt,omitempty"`
 }
 
 // Question is one imported question before composition.
@@ -40,6 +44,10 @@ type Question struct {
 	Index      int64 // row (Parquet) or question (JSONL) index in its file, from 0
 	Text       string
 	Golds      []string // accepted aliases
+	// System and User are the source's own first messages (a chat prompt's system
+	// message and its last user message), empty when it has none or Config.KeepPrompt
+	// is off.
+	System, User string
 }
 
 // Report counts what an import did.
@@ -128,6 +136,9 @@ func compose(qs []Question) format.Prompt {
 	}
 	p.Question = strings.Join(texts, "; ")
 	p.UID = UID(p.DataSource, p.Split, p.SourceIndex, p.Question)
+	if len(qs) == 1 {
+		p.System, p.User = qs[0].System, qs[0].User
+	}
 	return p
 }
 
@@ -168,6 +179,9 @@ func finish(q *Question, cfg Config, path, where string) error {
 	}
 	if q.Split == "" {
 		q.Split = stem(path)
+	}
+	if cfg.DropPrompt || q.User == "" {
+		q.System, q.User = "", "" // a system message alone has no question to render
 	}
 	q.Text = strings.TrimSpace(q.Text)
 	if q.Text == "" {

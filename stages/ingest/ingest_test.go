@@ -15,19 +15,25 @@ import (
 
 // The fixtures come from testdata/make_fixtures.py (pyarrow); see its docstring.
 
+// searchR1User is the user message make_fixtures.py wraps a Search-R1 question in.
+func searchR1User(q string) string {
+	return "Answer the given question. You must conduct reasoning inside <think> and </think> " +
+		"first every time you get new information. ... Question: " + q + "\n"
+}
+
 func TestReadParquetSearchR1(t *testing.T) {
 	got, err := ReadParquet(filepath.Join("testdata", "search_r1.parquet"), Config{K: 1})
 	if err != nil {
 		t.Fatalf("ReadParquet error: %v", err)
 	}
 	want := []Question{
-		{"nq", "train", 0, "who wrote the play hamlet", []string{"William Shakespeare", "Shakespeare"}},
-		{"nq", "train", 1, "what is the capital city of australia", []string{"Canberra"}},
-		{"hotpotqa", "train", 2, "which river flows through the city where the eiffel tower stands", []string{"Seine", "the Seine", "River Seine"}},
-		{"nq", "train", 3, "how many strings does a standard violin have", []string{"four", "4"}},
-		{"hotpotqa", "train", 4, "who directed the film that won best picture in 1998", []string{"James Cameron"}},
-		{"nq", "train", 5, "what element has the chemical symbol fe", []string{"iron"}},
-		{"nq", "train", 6, "in which year did the berlin wall fall", []string{"1989"}},
+		{"nq", "train", 0, "who wrote the play hamlet", []string{"William Shakespeare", "Shakespeare"}, "", searchR1User("who wrote the play hamlet")},
+		{"nq", "train", 1, "what is the capital city of australia", []string{"Canberra"}, "", searchR1User("what is the capital city of australia")},
+		{"hotpotqa", "train", 2, "which river flows through the city where the eiffel tower stands", []string{"Seine", "the Seine", "River Seine"}, "", searchR1User("which river flows through the city where the eiffel tower stands")},
+		{"nq", "train", 3, "how many strings does a standard violin have", []string{"four", "4"}, "", searchR1User("how many strings does a standard violin have")},
+		{"hotpotqa", "train", 4, "who directed the film that won best picture in 1998", []string{"James Cameron"}, "", searchR1User("who directed the film that won best picture in 1998")},
+		{"nq", "train", 5, "what element has the chemical symbol fe", []string{"iron"}, "", searchR1User("what element has the chemical symbol fe")},
+		{"nq", "train", 6, "in which year did the berlin wall fall", []string{"1989"}, "", searchR1User("in which year did the berlin wall fall")},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadParquet(search_r1.parquet) (-want +got):\n%s", diff)
@@ -41,16 +47,16 @@ func TestReadParquetVerlPlain(t *testing.T) {
 		t.Fatalf("ReadParquet error: %v", err)
 	}
 	want := []Question{
-		{"toy", "verl_plain", 0, "what is 2 plus 3", []string{"5"}},
-		{"toy", "verl_plain", 1, "name the largest planet", []string{"Jupiter"}},
-		{"toy", "verl_plain", 2, "what colour is the sky", []string{"blue"}},
+		{"toy", "verl_plain", 0, "what is 2 plus 3", []string{"5"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what is 2 plus 3\n"},
+		{"toy", "verl_plain", 1, "name the largest planet", []string{"Jupiter"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: name the largest planet\n"},
+		{"toy", "verl_plain", 2, "what colour is the sky", []string{"blue"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what colour is the sky\n"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadParquet(verl_plain.parquet) (-want +got):\n%s", diff)
 	}
-	got, err = ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{Split: "test", DataSource: "gsm"})
-	if err != nil || got[0].Split != "test" || got[0].DataSource != "gsm" {
-		t.Errorf("with overrides: %+v, %v, want split test, data_source gsm", got[0], err)
+	got, err = ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{Split: "test", DataSource: "gsm", DropPrompt: true})
+	if err != nil || got[0].Split != "test" || got[0].DataSource != "gsm" || got[0].System != "" || got[0].User != "" {
+		t.Errorf("with overrides: %+v, %v, want split test, data_source gsm and no prompt messages", got[0], err)
 	}
 }
 
@@ -147,9 +153,9 @@ func TestReadJSONL(t *testing.T) {
 		t.Fatalf("ReadJSONL error: %v", err)
 	}
 	want := []Question{
-		{"dev", "dev", 0, "q0", []string{"a", "b"}},
-		{"nq", "test", 1, "q1", []string{"c"}},
-		{"dev", "dev", 2, "q2", []string{"1989", "1989.0"}},
+		{"dev", "dev", 0, "q0", []string{"a", "b"}, "", ""},
+		{"nq", "test", 1, "q1", []string{"c"}, "", ""},
+		{"dev", "dev", 2, "q2", []string{"1989", "1989.0"}, "", ""},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadJSONL (-want +got):\n%s", diff)
@@ -221,12 +227,35 @@ func TestComposeK(t *testing.T) {
 		t.Errorf("Compose(k=0) error = %v, want ErrInput", err)
 	}
 	qs := []Question{
-		{"a", "train", 0, "q0", []string{"x"}},
-		{"a", "test", 1, "q1", []string{"y"}},
-		{"a", "train", 2, "q2", []string{"z"}},
+		{"a", "train", 0, "q0", []string{"x"}, "", ""},
+		{"a", "test", 1, "q1", []string{"y"}, "", ""},
+		{"a", "train", 2, "q2", []string{"z"}, "", ""},
 	}
 	got, dropped, err := Compose(qs, 2)
 	if err != nil || len(got) != 1 || dropped != 1 || got[0].Question != "q0; q2" {
 		t.Errorf("Compose = %+v, %d, %v, want one train prompt \"q0; q2\" and the test question dropped", got, dropped, err)
+	}
+}
+
+// TestImportKeepsPrompt: a question's own chat prompt reaches its prompts row at K = 1
+// (the verl file's system message and user message), not a composed one, and not
+// with DropPrompt.
+func TestImportKeepsPrompt(t *testing.T) {
+	path := filepath.Join("testdata", "verl_plain.parquet")
+	one, _, err := Import([]string{path}, Config{K: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one[0].System != "You are a helpful assistant." || one[0].User != "Answer briefly.\nQuestion: what is 2 plus 3\n" {
+		t.Errorf("K=1 prompt messages %q, %q; want the file's", one[0].System, one[0].User)
+	}
+	for _, cfg := range []Config{{K: 2}, {K: 1, DropPrompt: true}} {
+		got, _, err := Import([]string{path}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].System != "" || got[0].User != "" {
+			t.Errorf("%+v: prompt messages %q, %q; want none", cfg, got[0].System, got[0].User)
+		}
 	}
 }

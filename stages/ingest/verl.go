@@ -106,6 +106,7 @@ func verlRow(rec arrow.RecordBatch, i int, row int64) (Question, error) {
 		}
 		q.Text = text
 	}
+	q.System, q.User = promptMessages(column(rec, "prompt"), i)
 
 	golds, err := answers(field(field(column(rec, "reward_model"), "ground_truth"), ""), i)
 	if err != nil {
@@ -142,6 +143,27 @@ func promptQuestion(prompt arrow.Array, i int) (string, error) {
 		text = text[k+len("Question:"):]
 	}
 	return text, nil
+}
+
+// promptMessages is a chat prompt's own first messages: its first system message and
+// its last user message, each "" when it has none.
+func promptMessages(prompt arrow.Array, i int) (system, user string) {
+	msgs, lo, hi, ok := list(prompt, i)
+	if !ok {
+		return "", ""
+	}
+	roles, contents := field(msgs, "role"), field(msgs, "content")
+	for j := lo; j < hi; j++ {
+		role, _ := str(roles, j)
+		c, _ := str(contents, j)
+		switch {
+		case role == "system" && system == "":
+			system = c
+		case role == "user":
+			user = c
+		}
+	}
+	return system, user
 }
 
 // answers reads gold aliases from a string, a list of strings, or a struct holding

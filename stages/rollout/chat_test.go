@@ -13,6 +13,7 @@ import (
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 )
@@ -121,5 +122,39 @@ func TestRunChatTemplate(t *testing.T) {
 				t.Errorf("warned of a missing template = %v, want %v; log:\n%s", warned, tt.warn, log.String())
 			}
 		})
+	}
+}
+
+// TestRunSourcePrompt: a prompt that carries its source's own messages (an imported
+// chat prompt) starts from them, rendered with the policy's template, instead of the
+// protocol's system message and user template around its question.
+func TestRunSourcePrompt(t *testing.T) {
+	f := testFixture(t)
+	qwen25, err := os.ReadFile(filepath.Join("..", "..", "model", "chat", "testdata", "qwen2.5-instruct.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := "Answer with one name inside <answer> and </answer>. Question: who founded Acme?\n"
+	row := format.Prompt{UID: "src00001", DataSource: "nq", Split: "train", SourceIndex: []int64{0},
+		Question: "who founded Acme?", Golds: [][]string{{"Ada"}}, User: user}
+	prompts := filepath.Join(t.TempDir(), "prompts")
+	if _, err := formattest.WriteDataset(prompts, "test", [][]format.Prompt{{row}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.N, cfg.MaxTurns = 1, 1
+	out := filepath.Join(t.TempDir(), "rollouts")
+	gen := newScripted(f.tok, pathsScript)
+	if _, err := run(context.Background(), cfg, Inputs{Prompts: prompts, Policy: foreignPolicy(t, f, string(qwen25)), Index: f.index}, jobs.Spec{Out: out}, gen.loader()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := format.ReadDataset[format.Rollout](out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" +
+		"<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+	if got := f.tok.Decode(rows[0].PromptIDs); got != want {
+		t.Errorf("first context:\n%q\nwant\n%q", got, want)
 	}
 }

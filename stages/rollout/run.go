@@ -140,7 +140,7 @@ func policyTokenizer(dir string) (*bpe.Tokenizer, int, error) {
 // can still outgrow the model; sample records that turn as truncated.)
 func checkPrompts(cfg Config, c protocol.Chat, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) error {
 	for _, p := range prompts {
-		e, err := protocol.NewEpisode(cfg.Protocol, c, tok, cfg.Episode(), p.Question, max(len(p.Golds), 1))
+		e, err := newEpisode(cfg, c, tok, p)
 		if err != nil {
 			return fmt.Errorf("uid %s: %w", p.UID, err)
 		}
@@ -256,14 +256,22 @@ func (t timedRetriever) Retrieve(ctx context.Context, queries []string) ([][]pro
 
 func since(start time.Time, add func(seconds float64)) { add(time.Since(start).Seconds()) }
 
+// newEpisode starts an episode of prompt p: from its source's own messages when it has
+// them (format.Prompt.User), else the protocol's templates around its question.
+func newEpisode(cfg Config, c protocol.Chat, tok protocol.Tokenizer, p format.Prompt) (*protocol.Episode, error) {
+	if p.User != "" {
+		return protocol.NewEpisodeMessages(cfg.Protocol, c, tok, cfg.Episode(), p.System, p.User)
+	}
+	return protocol.NewEpisode(cfg.Protocol, c, tok, cfg.Episode(), p.Question, max(len(p.Golds), 1))
+}
+
 // episodes starts N episodes per prompt, in (uid, sample) order.
 func (s *stage) episodes(prompts []format.Prompt) ([]*protocol.Episode, map[*protocol.Episode]slot, error) {
 	eps := make([]*protocol.Episode, 0, len(prompts)*s.cfg.N)
 	slots := make(map[*protocol.Episode]slot, cap(eps))
 	for _, p := range prompts {
-		k := max(len(p.Golds), 1)
 		for i := range s.cfg.N {
-			e, err := protocol.NewEpisode(s.cfg.Protocol, s.chat, s.tok, s.cfg.Episode(), p.Question, k)
+			e, err := newEpisode(s.cfg, s.chat, s.tok, p)
 			if err != nil {
 				return nil, nil, fmt.Errorf("uid %s: %w", p.UID, err)
 			}
