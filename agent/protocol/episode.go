@@ -96,14 +96,7 @@ type Episode struct {
 // NewEpisode renders and encodes the prompt for a question with k objectives, with chat
 // (a checkpoint's chat template) or, when chat is nil, the description's chat glue.
 func NewEpisode(p *Protocol, chat Chat, tok Tokenizer, cfg Config, question string, k int) (*Episode, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	text, err := p.FirstContext(chat, question, k)
-	if err != nil {
-		return nil, err
-	}
-	return newEpisode(p, tok, cfg, text)
+	return NewEpisodeMessages(p, chat, tok, cfg, p.System, p.UserMessage(question, k))
 }
 
 // NewEpisodeMessages is NewEpisode for a question whose source wrote its own first
@@ -118,11 +111,6 @@ func NewEpisodeMessages(p *Protocol, chat Chat, tok Tokenizer, cfg Config, syste
 	if err != nil {
 		return nil, err
 	}
-	return newEpisode(p, tok, cfg, text)
-}
-
-// newEpisode encodes the first context text.
-func newEpisode(p *Protocol, tok Tokenizer, cfg Config, text string) (*Episode, error) {
 	prompt := tok.Encode(text)
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("first context %.40q encodes to no tokens: %w", text, ErrEpisode)

@@ -221,12 +221,6 @@ func (p *Protocol) glue(system, user string) string {
 	return strings.NewReplacer("{system}", system, "{user}", user).Replace(p.ChatTemplate)
 }
 
-// FirstContext renders the first context an episode starts from: with chat, a
-// checkpoint's template, or with Prompt's glue when chat is nil.
-func (p *Protocol) FirstContext(chat Chat, question string, k int) (string, error) {
-	return p.render(chat, p.System, p.UserMessage(question, k))
-}
-
 // render is the first context of system and user messages, with chat or, when chat is
 // nil, the glue.
 func (p *Protocol) render(chat Chat, system, user string) (string, error) {
