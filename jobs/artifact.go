@@ -21,6 +21,7 @@ import (
 type Artifact struct {
 	Out, Tmp string
 	Key      Key
+	spec     Spec // the runtime fields Begin was given, with defaults
 	log      *slog.Logger
 	trace    func(step Step, n int)
 	release  func()
@@ -31,7 +32,8 @@ type Artifact struct {
 // Release it. Either way, what writers that are no longer alive left beside Out (their
 // lock, temp dirs of other keys, a previous checkpoint moved aside) is removed and
 // reported in one log line; a hit takes the lock for that only when there is something
-// to remove. Of spec's runtime fields it uses Out, Force, Log, Host, Now and Trace.
+// to remove. Of spec's runtime fields it uses Out, Force, Log, Host, Now, Trace and
+// Board, which gets a hit's metrics here and a published checkpoint's in Publish.
 func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 	spec = spec.WithDefaults()
 	out, log := spec.Out, spec.Log
@@ -40,6 +42,7 @@ func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 	}
 	if c := cachedCheckpoint(out, key, log); c != nil && !spec.Force {
 		tidy(spec, log, out, nil, nil)
+		spec.logCheckpointBoard(log, c.Stage, key, true, out)
 		return nil, c, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -49,12 +52,13 @@ func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	a := &Artifact{Out: out, Tmp: out + ".tmp-" + key.Short(), Key: key, log: log, trace: spec.Trace, release: release}
+	a := &Artifact{Out: out, Tmp: out + ".tmp-" + key.Short(), Key: key, spec: spec, log: log, trace: spec.Trace, release: release}
 	// Holding the lock, no other writer of out is alive: what earlier ones left is
 	// removed, except this key's temp dir, which holds the snapshots this run resumes.
 	sweep(log, out, stale, a.Tmp)
 	if c := cachedCheckpoint(out, key, log); c != nil && !spec.Force {
 		release()
+		spec.logCheckpointBoard(log, c.Stage, key, true, out)
 		return nil, c, nil // committed by another writer while we waited
 	}
 	if err := os.MkdirAll(a.Tmp, 0o755); err != nil {
@@ -96,7 +100,8 @@ func (a *Artifact) Release() {
 // is fsynced and hashed into c.Files, checkpoint.json is written last (and synced with
 // its directory) with the key and this code's version, and the tree is renamed over
 // Out (renameio.PublishDir: an old Out is moved aside first and removed after). It
-// returns the record written. Steps after the rename are logged, not returned; what a
+// returns the record written. Steps after the rename — the removal of the old Out, the
+// metrics for Spec.Board (logCheckpointBoard) — are logged, not returned; what a
 // kill leaves between them (the lock, the old Out moved aside) the next Begin of Out
 // removes. Spec.Trace sees StepManifest once checkpoint.json is durable in Tmp, then
 // StepAside and StepRenamed; StepPublished, after Publish returns, is the caller's to
@@ -119,6 +124,7 @@ func (a *Artifact) Publish(c Commit) (*Commit, error) {
 	if err := renameio.PublishDir(a.Tmp, a.Out, a.Out+".old-"+a.Key.Short(), a.log, trace); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
+	a.spec.logCheckpointBoard(a.log, c.Stage, a.Key, false, a.Out)
 	return &c, nil
 }
 

@@ -6,9 +6,10 @@
 // writers that are no longer alive left beside it: their lock, temp dirs of other
 // keys, a previous output moved aside (leftover.go). Checkpoints are committed the same
 // way (Begin, Artifact.Publish, snapshots for resume), with checkpoint.json as their
-// commit record, under the same lock and keyed by the same KeySpec. It deals in files,
-// digests and records; stages write their shard and weight files with whatever writer
-// they use.
+// commit record, under the same lock and keyed by the same KeySpec. Given a Board, each
+// output's metrics, published or found cached, also go to a TensorBoard log directory
+// (board.go). It deals in files, digests and records; stages write their shard and
+// weight files with whatever writer they use.
 package jobs
 
 import (
@@ -49,7 +50,7 @@ func diskFull(err error, dir string) error {
 
 // Spec says what a stage computes and where. Everything that changes the output bytes
 // (stage, code, kind, config, inputs, seed, plan size) enters the cache key; everything
-// else (where progress goes, Force, Verify) does not.
+// else (where progress and metrics go, Force, Verify) does not.
 type Spec struct {
 	Stage         string      // stage name, e.g. "rollout"
 	Kind          format.Kind // shard kind of the output
@@ -76,6 +77,9 @@ type Spec struct {
 	KeyDebug      io.Writer        // when set, receives the cache key's preimage (MEMPO_DEBUG=keyhash)
 	Now           func() time.Time // clock; nil is time.Now
 	Host          string           // host name for locks and the manifest; "" is os.Hostname
+	// Board, when its Dir is set, also gets the metrics of the published output, or of
+	// the output found cached, as a TensorBoard event file (board.go).
+	Board Board
 	// Summarize, when set, computes the stage's summary figures (e.g. advantage
 	// statistics) from the finished shards in dir before the manifest is written; they
 	// join the manifest's metrics. Merged parts are not summarized.
@@ -198,10 +202,16 @@ func Run(ctx context.Context, spec Spec, fn WorkFunc) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var res *Result
 	if spec.Merge > 0 {
-		return r.merge(ctx)
+		res, err = r.merge(ctx)
+	} else {
+		res, err = r.run(ctx, fn)
 	}
-	return r.run(ctx, fn)
+	if err == nil {
+		r.logBoard(res)
+	}
+	return res, err
 }
 
 // runner is one Run: the spec with defaults filled in and what is derived from it.

@@ -72,7 +72,7 @@ $(INDEX)/mempo_index.json: $(TASK)/task.json
 .PHONY: run report $(foreach s,$(SEEDS),seed-$(s))
 $(foreach s,$(SEEDS),seed-$(s)): seed-%: $(INDEX)/mempo_index.json
 	+$(MAKE) --no-print-directory -f pipelines/mempo.mk RUN_DIR=$(EXP_DIR)/seed-$* SEED=$* TASK=$(TASK) INDEX=$(INDEX) \
-	  TASK_SEED=$(TASK_SEED) VARIANTS="$(VARIANTS)" BIN=$(BIN) eval-parts
+	  TASK_SEED=$(TASK_SEED) VARIANTS="$(VARIANTS)" BIN=$(BIN) $(if $(TB_DIR),TB_DIR=$(TB_DIR)/seed-$*) eval-parts
 
 # Seeds run one after another, each with all of make's jobs: a seed's SFT takes both cores
 # (--threads 2 in SFT_FLAGS), and two SFTs side by side ran 2.6x slower than one after

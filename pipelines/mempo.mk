@@ -46,6 +46,8 @@ PROTO := $(if $(PROTOCOL),--protocol $(PROTOCOL))
 # cuda or cuda:N. For a GPU, BIN must hold the CUDA build (make build CUDA=1: BIN=bin/cuda).
 DEVICE         ?=
 DEV := $(if $(DEVICE),--device $(DEVICE))
+# TB_DIR, when set, is a TensorBoard log directory for the run's metrics: SFT's in
+# TB_DIR/sft at step 0, each variant's RL iterations in TB_DIR/<variant> at step k (rl.mk).
 # DTYPE, when set, is the precision SFT trains in and writes, and so every later stage's
 # (each keeps its checkpoint's): float32, bfloat16 (with float32 master weights in
 # AdamW, carried from checkpoint to checkpoint) or float16. Empty keeps the initial model's.
@@ -77,7 +79,7 @@ $(INIT)/checkpoint.json: $(TASK)/task.json $(PROTOCOL)
 	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
 $(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(if $(DTYPE),--dtype $(DTYPE)) $(DEV) $(STAGE_FLAGS) --out $(SFT) && touch $@
+	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(if $(DTYPE),--dtype $(DTYPE)) $(DEV) $(STAGE_FLAGS) $(call tb,sft,0) --out $(SFT) && touch $@
 
 # What rl.mk's iterations and evaluation run on: the task's prompts and index, the SFT model.
 START      := $(SFT)

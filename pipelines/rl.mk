@@ -12,6 +12,15 @@
 #                            full (START with the full-context policy)
 # and BIN, RUN_DIR, ITERS, VARIANTS, SEED, CODE, the *_FLAGS, PROTO and DEV.
 REF        ?= $(START)
+# TB_DIR, when set, is a TensorBoard log directory: each stage of iteration k of a
+# variant also logs its metrics (--tb-dir, not part of any cache key) into
+# TB_DIR/<variant> at step k (--tb-step), so `tensorboard --logdir TB_DIR` shows one run
+# per variant with the iterations along the x axis. Iteration 1's rollouts of a variant
+# after the first are a copy, not a stage run, and log nothing there. mempo eval is not
+# logged: it runs a rollout and a score per policy and test set, which would share tags.
+TB_DIR     ?=
+# tb(run, step): the flags that log a stage's metrics into TB_DIR/run at step.
+tb = $(if $(TB_DIR),--tb-dir $(TB_DIR)/$(1) --tb-step $(2))
 START_NAME ?= sft
 BASELINES  ?= full
 EVAL       ?= $(RUN_DIR)/eval
@@ -27,7 +36,7 @@ define rollouts
 $(RUN_DIR)/$(1)/iter-$(2)/rollouts/_manifest.json: $(call policy_mark,$(1),$(call prev,$(2))) $(TRAIN_MARK) $(RETRIEVE_MARK)
 	$(BIN)/mempo-rollout --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) $(RETRIEVE) \
 	  --prompt-offset $$$$(( $(RL_PROMPT_OFFSET) + ($(2) - 1) * $(PROMPTS_PER_ITER) )) --prompt-limit $(PROMPTS_PER_ITER) \
-	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(PROTO) $(ROLLOUT_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 endef
 
 # first_rollouts(variant): iteration 1 rolls START out for every variant with the
@@ -43,17 +52,17 @@ endef
 define iteration
 $(1)_ITER_$(2) := $(RUN_DIR)/$(1)/iter-$(2)
 $$($(1)_ITER_$(2))/scores/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json
-	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(SCORE_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	$(BIN)/mempo-score --rollouts $$(<D) --prompts $(TRAIN) $(PROTO) $(SCORE_FLAGS) $(SCORE_FLAGS_$(1)) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/logprobs/_manifest.json: $$($(1)_ITER_$(2))/rollouts/_manifest.json $(START_MARK)
 	$(BIN)/mempo-logprob --rollouts $$(<D) --prompts $(TRAIN) --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(REF) \
-	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  $(PROTO) $(LOGPROB_FLAGS) $(LOGPROB_FLAGS_$(1)) $(DEV) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifest.json $$($(1)_ITER_$(2))/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
-	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/policy/checkpoint.json: $$($(1)_ITER_$(2))/advantages/_manifest.json
 	$(BIN)/mempo-update --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(REF) \
 	  --rollouts $$($(1)_ITER_$(2))/rollouts --logprobs $$($(1)_ITER_$(2))/logprobs --advantages $$($(1)_ITER_$(2))/advantages \
-	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) --out $$(@D) && touch $$@
+	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 endef
 
 ITER_LIST := $(wordlist 1,$(ITERS),1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
@@ -114,10 +123,10 @@ RESCORE_DIR = $(RUN_DIR)/$(VARIANT)/iter-$(ITER)
 .PHONY: rescore
 rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $(RESCORE_DIR)/rollouts --scores $(RESCORE_DIR)/scores \
-	  --logprobs $(RESCORE_DIR)/logprobs $(RESCORE_FLAGS) $(STAGE_FLAGS) --out $(RESCORE_DIR)/advantages-$(RESCORE)
+	  --logprobs $(RESCORE_DIR)/logprobs $(RESCORE_FLAGS) $(STAGE_FLAGS) $(call tb,$(VARIANT)-$(RESCORE),$(ITER)) --out $(RESCORE_DIR)/advantages-$(RESCORE)
 	$(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(REF) \
 	  --rollouts $(RESCORE_DIR)/rollouts --logprobs $(RESCORE_DIR)/logprobs --advantages $(RESCORE_DIR)/advantages-$(RESCORE) \
-	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) --out $(RESCORE_DIR)/policy-$(RESCORE)
+	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,$(VARIANT)-$(RESCORE),$(ITER)) --out $(RESCORE_DIR)/policy-$(RESCORE)
 
 # Every dataset's digest and every checkpoint's weights hash, one per line: two runs of
 # one revision print the same lines (checkpoint.json also records the code version, so

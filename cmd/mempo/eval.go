@@ -69,7 +69,7 @@ Report files:
 
 func (e *evalCmd) flags() *app.Flags {
 	cfg, in, roll := &e.cfg, &e.in, &e.roll
-	return app.Bind(cfg, app.Unbound(app.OutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag), []app.Flag{
+	return app.Bind(cfg, app.Unbound(app.OutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
 		app.List(&in.Policies, cli.StringSliceFlag{Name: "policy", Category: "Inputs",
 			Usage: "`NAME=DIR[@CONTEXT]`: a policy checkpoint to evaluate under a label, optionally with a context policy (mempo, mem1, full); repeat to compare. " +
 				"With --from, a bare NAME: report only the policies named, in that order (default: every policy cached there)"}, eval.ParsePolicy),

@@ -36,7 +36,7 @@ size recomputes.`,
 
 func (g *genTaskCmd) flags() *app.Flags {
 	cfg := &g.cfg
-	return app.Bind(cfg, app.Unbound(genTaskOutFlag, app.ForceFlag, app.VerifyFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
+	return app.Bind(cfg, app.Unbound(genTaskOutFlag, app.ForceFlag, app.VerifyFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
 		app.Int(&cfg.People, cli.IntFlag{Name: "people", Category: "World", Usage: "fictional people (occupation, birth year, birth city, employer), before distractors"}),
 		app.Int(&cfg.Cities, cli.IntFlag{Name: "cities", Category: "World", Usage: "cities (country, founding year, mayor); at least --countries, since every country needs a capital"}),
 		app.Int(&cfg.Companies, cli.IntFlag{Name: "companies", Category: "World", Usage: "companies (founding year, founder, home city)"}),

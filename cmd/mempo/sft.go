@@ -41,7 +41,7 @@ from its last snapshot.`,
 
 func (s *sftCmd) flags() *app.Flags {
 	cfg, in := &s.cfg, &s.in
-	return app.Bind(cfg, app.Unbound(sftOutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
+	return app.Bind(cfg, app.Unbound(sftOutFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
 		app.String(&in.Task, cli.StringFlag{Name: "task", Category: "Inputs", TakesFile: true, Usage: "task `DIR` written by 'mempo gen-task': its task.json regenerates the world the oracle knows (or --rollouts)"}),
 		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", TakesFile: true, Usage: "rollouts dataset `DIR` to train on instead of the oracle of --task: every turn's response after its recorded context"}),
 		app.String(&in.Prompts, cli.StringFlag{Name: "prompts", Category: "Inputs", TakesFile: true, Usage: "prompts dataset `DIR` to clone (default: the task's prompts-train)"}),

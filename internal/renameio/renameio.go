@@ -31,9 +31,15 @@ func WriteFile(path string, data []byte) error {
 // Write fills a temp file beside path through a buffered writer, fsyncs it, sets its
 // mode to FileMode, renames it over path and fsyncs the directory. On any error the
 // temp file is removed and path is left as it was.
-func Write(path string, fill func(w io.Writer) error) (err error) {
+func Write(path string, fill func(w io.Writer) error) error {
+	return WriteAs(path, "."+filepath.Base(path)+".tmp-*", fill)
+}
+
+// WriteAs is Write with the temp file named by pattern (os.CreateTemp's): for a
+// directory a tool watches by file name, a temp name the tool does not match.
+func WriteAs(path, pattern string, fill func(w io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(dir, pattern)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

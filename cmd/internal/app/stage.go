@@ -58,6 +58,18 @@ var (
 		Name: "debug", Category: "Logging",
 		Usage: "comma-separated debug switches: keyhash prints the cache key's preimage",
 	}
+	// TBDirFlag and TBStepFlag say where the stage's metrics also go (jobs.Board). They
+	// change where metrics are logged, not what is computed: not part of the cache key.
+	TBDirFlag = &cli.StringFlag{
+		Name: "tb-dir", Category: "Logging", TakesFile: true,
+		Usage: "TensorBoard log `DIR`: the metrics of the output, computed or cached, also go there as an event file, " +
+			"tagged <stage>/<metric> at step --tb-step (a checkpoint's per-optimizer-step figures as <stage>/step/<field>); " +
+			"a cache hit writes them only when DIR has none of that stage, step and output",
+	}
+	TBStepFlag = &cli.Int64Flag{
+		Name: "tb-step", Category: "Logging",
+		Usage: "step `N` the metrics are logged at in --tb-dir: the RL iteration (pipelines/rl.mk passes it)",
+	}
 )
 
 // StageFlags returns copies of the common stage flags for one app, which StageSpec
@@ -66,7 +78,7 @@ var (
 // pristine templates.
 func StageFlags() []Flag {
 	return Unbound(OutFlag, ForceFlag, VerifyFlag, SeedFlag, ShardFlag, ShardCountFlag,
-		MergeFlag, ProgressFlag, LogLevelFlag, DebugFlag)
+		MergeFlag, ProgressFlag, LogLevelFlag, DebugFlag, TBDirFlag, TBStepFlag)
 }
 
 // Clone returns shallow copies of flags, for the reason StageFlags gives.
@@ -105,6 +117,10 @@ func StageSpec(c *cli.Context) (jobs.Spec, error) {
 	}
 	if spec.Merge < 0 {
 		return jobs.Spec{}, fmt.Errorf("--merge %d: want a part count >= 1: %w", spec.Merge, ErrUsage)
+	}
+	spec.Board = jobs.Board{Dir: c.String(TBDirFlag.Name), Step: c.Int64(TBStepFlag.Name)}
+	if spec.Board.Step < 0 {
+		return jobs.Spec{}, fmt.Errorf("--tb-step %d: want an iteration >= 0: %w", spec.Board.Step, ErrUsage)
 	}
 	var err error
 	if spec.Part, err = resolvePart(c, os.LookupEnv); err != nil {

@@ -38,7 +38,7 @@ type command struct {
 
 func (cmd *command) flags() *app.Flags {
 	cfg, in, obj := &cmd.cfg, &cmd.in, &cmd.cfg.Objective
-	return app.Bind(cfg, app.Unbound(outFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
+	return app.Bind(cfg, app.Unbound(outFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
 		app.String(&in.Policy, cli.StringFlag{Name: "policy", Category: "Inputs", Required: true, TakesFile: true, Usage: "policy checkpoint `DIR` to train (HF layout; its optimizer.safetensors continues when it comes from an earlier update)"}),
 		app.String(&in.Ref, cli.StringFlag{Name: "ref", Category: "Inputs", Required: true, TakesFile: true, Usage: "frozen reference checkpoint `DIR`: the policy's architecture and vocabulary"}),
 		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, TakesFile: true, Usage: "rollouts dataset `DIR`: each turn is one training sample"}),
