@@ -1,3 +1,8 @@
+//go:build cgo
+
+// The own-data test writes its checkpoint with the tensor code where no Python has
+// transformers, so it builds only where cgo does (make test-torch).
+
 package pipelines
 
 import (
