@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/mempo/mempo/format"
@@ -43,9 +44,55 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	}
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindScores, format.ScoresVersion
 	spec.Config, spec.Shards = cfg, rolls.Len()
+	spec.Summarize = summarize
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		return scoreShard(cfg, rolls, w, golds)
 	})
+}
+
+// summarize is the manifest's summary of the scores: per trajectory, the mean reward,
+// EM and F1 (each over its objectives), the share of well-formed trajectories, and the
+// mean turns, total tokens and peak context.
+func summarize(dir string, outputs []format.Output) (map[string]float64, error) {
+	var n, reward, em, f1, ok, turns, tt, pt float64
+	for _, o := range outputs {
+		r, err := format.OpenFile[format.Score](filepath.Join(dir, o.File))
+		if err != nil {
+			return nil, err
+		}
+		rows, err := format.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			n++
+			reward += float64(r.Reward)
+			em += mean(r.EM)
+			f1 += mean(r.F1)
+			if r.FormatOK {
+				ok++
+			}
+			turns += float64(r.Turns)
+			tt += float64(r.TT)
+			pt += float64(r.PT)
+		}
+	}
+	if n == 0 {
+		return map[string]float64{"trajectories": 0}, nil
+	}
+	return map[string]float64{"trajectories": n, "reward_mean": reward / n, "em_mean": em / n, "f1_mean": f1 / n,
+		"format_ok_rate": ok / n, "turns_mean": turns / n, "tt_mean": tt / n, "pt_mean": pt / n}, nil
+}
+
+func mean(xs []float32) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return s / float64(len(xs))
 }
 
 // readGolds maps each prompt's uid to its golds.

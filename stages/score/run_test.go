@@ -3,6 +3,7 @@ package score
 import (
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -69,6 +70,15 @@ func TestRun(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("scores (-want +got):\n%s", diff)
+	}
+	// The summary: per trajectory, rewards 1, 0, 0; EM 1, 0.5, 0; F1 the same; two of
+	// three well-formed; 4 turns, 62 tokens and peaks 19+16+12 over three.
+	wantSum := map[string]float64{"trajectories": 3, "reward_mean": 1.0 / 3, "em_mean": 0.5, "f1_mean": 0.5,
+		"format_ok_rate": 2.0 / 3, "turns_mean": 4.0 / 3, "tt_mean": 62.0 / 3, "pt_mean": 47.0 / 3}
+	for k, v := range wantSum {
+		if g := res.Manifest.Metrics[k]; math.Abs(g-v) > 1e-9 {
+			t.Errorf("manifest metric %s = %v, want %v", k, g, v)
+		}
 	}
 
 	again, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out})
