@@ -24,13 +24,36 @@ type Dataset struct {
 }
 
 // OpenDataset opens the dataset in dir. A directory without a valid manifest is not a
-// dataset (ErrNotDataset), whatever Parquet files it holds.
+// dataset (ErrNotDataset), whatever Parquet files it holds; one holding a Parquet file
+// its manifest does not list is corrupt (ErrCorrupt naming the file): a manifest that
+// lost an entry would otherwise have every reader skip that shard's rows in silence.
 func OpenDataset(dir string) (*Dataset, error) {
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkUnlisted(dir, m); err != nil {
+		return nil, err
+	}
 	return &Dataset{Dir: dir, Manifest: m}, nil
+}
+
+// checkUnlisted fails on the first Parquet file directly in dir that m does not list.
+func checkUnlisted(dir string, m *Manifest) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	listed := make(map[string]bool, len(m.Outputs))
+	for _, o := range m.Outputs {
+		listed[o.File] = true
+	}
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && filepath.Ext(name) == ".parquet" && !listed[name] {
+			return fmt.Errorf("dataset %s holds %s, which its %s does not list: %w", dir, name, ManifestName, ErrCorrupt)
+		}
+	}
+	return nil
 }
 
 // Path returns the path of shard i in manifest order.
