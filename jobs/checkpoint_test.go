@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/internal/renameio"
 )
 
 // publish commits files (name → body) as the checkpoint of key at out.
@@ -104,7 +103,7 @@ func TestBeginTakesOverStaleLock(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ckpt")
 	host, _ := os.Hostname()
 	stale := lockInfo{PID: 4242, Host: host, Time: time.Now()}
-	if _, err := lock(out+".lock", stale, func(int) bool { return false }, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := lock(out+".lock", stale, func(lockInfo) bool { return false }, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -124,7 +123,7 @@ func TestBeginTakesOverStaleLock(t *testing.T) {
 	a.Release()
 
 	spec.alive = func(int) bool { return true }
-	if _, err := lock(out+".lock", stale, spec.alive, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := lock(out+".lock", stale, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := Begin(spec, Key{4}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), out+".lock") {
@@ -361,7 +360,7 @@ func TestBeginRemovesLeftovers(t *testing.T) {
 			}
 			publish(t, out, publishedKey, map[string]string{"config.json": "{}\n"})
 			host, _ := os.Hostname()
-			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
+			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
 			own := filepath.Join(out+".tmp-"+key.Short(), resumeDir, "step-2")

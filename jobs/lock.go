@@ -11,16 +11,44 @@ import (
 	"time"
 )
 
-// lockInfo is the content of <out>.lock: who holds the output and since when.
+// lockInfo is the content of <out>.lock: who holds the output and since when. Start
+// (the process's start time) and Boot (the boot's id) tell the writer from a later
+// process that reused its pid, as one does after a container restart.
 type lockInfo struct {
-	PID  int       `json:"pid"`
-	Host string    `json:"host"`
-	Time time.Time `json:"time"`
+	PID   int       `json:"pid"`
+	Host  string    `json:"host"`
+	Time  time.Time `json:"time"`
+	Start string    `json:"start,omitempty"`
+	Boot  string    `json:"boot,omitempty"`
+}
+
+// holder reports whether the writer a lock names is running.
+type holder func(held lockInfo) bool
+
+// liveHolder is the holder check of self's host: a lock of another boot, or one naming
+// a pid that is gone, or alive but started at another time than the lock says, is
+// stale. A lock with self's own pid and another start time (or none) was left by an
+// earlier process whose pid self reused. alive says whether a pid runs; start is its
+// start time. Locks written before Start and Boot existed are judged by the pid alone.
+func liveHolder(self lockInfo, alive func(int) bool, start func(int) string) holder {
+	return func(h lockInfo) bool {
+		switch {
+		case h.Boot != "" && self.Boot != "" && h.Boot != self.Boot:
+			return false
+		case h.PID == self.PID:
+			return h.Start != "" && h.Start == self.Start
+		case !alive(h.PID):
+			return false
+		case h.Start != "":
+			return start(h.PID) == h.Start
+		}
+		return true
+	}
 }
 
 // lock takes path as self's lock (acquire) and returns the function that releases it;
 // a dead writer's lock it takes over is logged as a warning.
-func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), err error) {
+func lock(path string, self lockInfo, alive holder, log *slog.Logger) (release func(), err error) {
 	release, stale, err := acquire(path, self, alive, log)
 	if stale != nil {
 		log.Warn("took over stale lock", "lock", path, "dead_pid", stale.PID, "since", stale.Time)
@@ -31,10 +59,10 @@ func lock(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (r
 // acquire takes path as self's lock and returns the function that releases it, and the
 // lock of a dead writer it took over, if any, for the caller to report. The file is
 // written completely under a temp name and hard-linked into place, so a lock file is
-// never seen half-written and two takers cannot both succeed. A lock left by a dead
-// process on this host is taken over; a live one, or one from another host whose
-// liveness cannot be checked, fails with ErrLocked.
-func acquire(path string, self lockInfo, alive func(int) bool, log *slog.Logger) (release func(), stale *lockInfo, err error) {
+// never seen half-written and two takers cannot both succeed. A lock left by a writer
+// on this host that no longer runs (alive) is taken over; a live one, or one from
+// another host whose liveness cannot be checked, fails with ErrLocked.
+func acquire(path string, self lockInfo, alive holder, log *slog.Logger) (release func(), stale *lockInfo, err error) {
 	data, err := json.Marshal(self)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock %s: %w", path, err)
@@ -59,7 +87,7 @@ func acquire(path string, self lockInfo, alive func(int) bool, log *slog.Logger)
 			return nil, nil, fmt.Errorf("lock %s: held by pid %d on host %s since %s; if that process is gone, remove the lock file: %w",
 				path, held.PID, held.Host, held.Time.Format(time.RFC3339), ErrLocked)
 		}
-		if alive(held.PID) || attempt >= 3 {
+		if alive(held) || attempt >= 3 {
 			return nil, nil, fmt.Errorf("lock %s: held by running pid %d since %s: %w",
 				path, held.PID, held.Time.Format(time.RFC3339), ErrLocked)
 		}

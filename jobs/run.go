@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
@@ -92,6 +93,7 @@ type Spec struct {
 	// lock holder.
 	writeFile func(path string, data []byte) error
 	alive     func(pid int) bool
+	start     func(pid int) string
 }
 
 // WithDefaults fills the optional runtime fields: a discarding log and stdout, the wall
@@ -118,23 +120,33 @@ func (s Spec) WithDefaults() Spec {
 	if s.alive == nil {
 		s.alive = renameio.ProcessAlive
 	}
+	if s.start == nil {
+		s.start = procstat.StartTime
+	}
 	return s
 }
 
 // lock takes the lock of the output dir for this process (lock.go), as every writer of
 // a committed directory does; a dead writer's lock is taken over with a warning.
 func (s Spec) lock(dir string, log *slog.Logger) (release func(), err error) {
-	return lock(dir+".lock", s.lockInfo(), s.alive, log)
+	self := s.lockInfo()
+	return lock(dir+".lock", self, liveHolder(self, s.alive, s.start), log)
 }
 
 // takeLock is lock that returns the dead writer's lock it took over instead of
 // logging it, for a caller that reports it with the rest of that writer's leftovers.
 func (s Spec) takeLock(dir string, log *slog.Logger) (release func(), stale *lockInfo, err error) {
-	return acquire(dir+".lock", s.lockInfo(), s.alive, log)
+	self := s.lockInfo()
+	return acquire(dir+".lock", self, liveHolder(self, s.alive, s.start), log)
 }
 
 func (s Spec) lockInfo() lockInfo {
-	return lockInfo{PID: os.Getpid(), Host: s.Host, Time: s.Now().UTC()}
+	pid := os.Getpid()
+	start := procstat.StartTime
+	if s.start != nil {
+		start = s.start
+	}
+	return lockInfo{PID: pid, Host: s.Host, Time: s.Now().UTC(), Start: start(pid), Boot: procstat.BootID()}
 }
 
 // Step names a point in a run, reported to Spec.Trace.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/internal/procstat"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
@@ -371,12 +372,13 @@ func TestRunLocked(t *testing.T) {
 		name string
 		info lockInfo
 	}{
-		{"live writer on this host", lockInfo{PID: os.Getpid(), Host: host, Time: time.Now()}},
+		{"live writer on this host", lockInfo{PID: 1, Host: host, Time: time.Now(), Start: procstat.StartTime(1), Boot: procstat.BootID()}},
+		{"this very process", lockInfo{PID: os.Getpid(), Host: host, Time: time.Now(), Start: procstat.StartTime(os.Getpid()), Boot: procstat.BootID()}},
 		{"writer on another host", lockInfo{PID: 1, Host: host + "-other", Time: time.Now()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			release, err := lock(out+".lock", tt.info, renameio.ProcessAlive, slog.New(slog.DiscardHandler))
+			release, err := lock(out+".lock", tt.info, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -395,11 +397,45 @@ func TestRunLocked(t *testing.T) {
 	}
 }
 
+// TestRunTakesOverReusedPidLock: a lock whose pid now belongs to another process — a
+// live pid started at another time than the lock says, this process's own pid (a
+// restarted container's new process can get its killed writer's pid), or any pid of
+// an earlier boot — is stale and taken over; nothing has to be removed by hand.
+func TestRunTakesOverReusedPidLock(t *testing.T) {
+	host, _ := os.Hostname()
+	boot := procstat.BootID()
+	tests := []struct {
+		name string
+		info lockInfo
+	}{
+		{"live pid, other start", lockInfo{PID: 1, Host: host, Time: time.Now(), Start: "1", Boot: boot}},
+		{"own pid, other start", lockInfo{PID: os.Getpid(), Host: host, Time: time.Now(), Start: "1", Boot: boot}},
+		{"own pid, old lock without start", lockInfo{PID: os.Getpid(), Host: host, Time: time.Now()}},
+		{"earlier boot", lockInfo{PID: 1, Host: host, Time: time.Now(), Start: procstat.StartTime(1), Boot: "another-boot"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			if _, err := lock(out+".lock", tt.info, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			spec := testSpec(out)
+			spec.Host = host
+			spec.Log = slog.New(slog.NewTextHandler(&log, nil))
+			mustRun(t, spec, testWork(7, counter{}))
+			if !strings.Contains(log.String(), "removed leftovers") {
+				t.Errorf("log lacks the takeover warning:\n%s", log.String())
+			}
+		})
+	}
+}
+
 func TestRunTakesOverStaleLock(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	host, _ := os.Hostname()
 	stale := lockInfo{PID: 4242, Host: host, Time: time.Now()}
-	if _, err := lock(out+".lock", stale, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := lock(out+".lock", stale, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -498,7 +534,7 @@ func TestCacheHitRemovesLeftovers(t *testing.T) {
 			spec := testSpec(out)
 			mustRun(t, spec, testWork(7, counter{}))
 			host, _ := os.Hostname()
-			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, renameio.ProcessAlive, slog.New(slog.DiscardHandler)); err != nil {
+			if _, err := lock(out+".lock", lockInfo{PID: 4242, Host: host, Time: time.Now()}, func(lockInfo) bool { return true }, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
 			// out.old-backup is a user's dataset, not a leftover: no key in its name.

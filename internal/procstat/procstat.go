@@ -1,5 +1,6 @@
-// Package procstat reads the process's memory figures from /proc/self/status and the
-// machine's from /proc/meminfo.
+// Package procstat reads the process's memory figures from /proc/self/status, the
+// machine's from /proc/meminfo, and what tells one process from another that reused its
+// pid: a process's start time (/proc/<pid>/stat) and the boot's id.
 package procstat
 
 import (
@@ -34,4 +35,35 @@ func kbField(path, field string) (int64, bool) {
 func MB(field string) float64 {
 	kb, _ := KB(field)
 	return float64(kb) / 1024
+}
+
+// StartTime is when process pid started, in clock ticks since boot (field 22 of
+// /proc/<pid>/stat), as a string; "" where the process or the file does not exist. Two
+// processes that share a pid in one boot never share it.
+func StartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from
+	// the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:])) // fields 3, 4, …
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// BootID is this boot's random id (/proc/sys/kernel/random/boot_id); "" where the file
+// does not exist.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

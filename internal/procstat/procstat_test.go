@@ -2,6 +2,7 @@ package procstat
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -30,5 +31,28 @@ func TestMemKB(t *testing.T) {
 	total, okTotal := MemKB("MemTotal")
 	if !ok || !okTotal || avail <= 0 || avail > total {
 		t.Errorf("MemAvailable %d (%v), MemTotal %d (%v): want both, available at most the total", avail, ok, total, okTotal)
+	}
+}
+
+// TestStartTime: this process has a start time, stable across reads, which a child
+// started later does not share; a pid that does not exist has none.
+func TestStartTime(t *testing.T) {
+	self := StartTime(os.Getpid())
+	if self == "" || StartTime(os.Getpid()) != self {
+		t.Fatalf("StartTime(self) = %q, want a stable value", self)
+	}
+	cmd := exec.Command("sleep", "1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	if child := StartTime(cmd.Process.Pid); child == "" {
+		t.Errorf("StartTime(child) empty")
+	}
+	if got := StartTime(1 << 30); got != "" {
+		t.Errorf("StartTime of no process = %q, want empty", got)
+	}
+	if BootID() == "" {
+		t.Errorf("BootID() empty on Linux")
 	}
 }
