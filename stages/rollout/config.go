@@ -44,6 +44,10 @@ type Config struct {
 	// offset k·limit, so successive iterations see fresh prompts from one dataset.
 	PromptOffset int `json:"prompt_offset"`
 	PromptLimit  int `json:"prompt_limit"`
+	// SkipLongPrompts drops the selected prompts whose first context leaves the model no
+	// room for a response, instead of refusing the run (ErrTooLong): the manifest counts
+	// them (prompts_skipped_long) and a warning names the first few.
+	SkipLongPrompts bool `json:"skip_long_prompts,omitempty"`
 	// PromptsPerShard sizes the shard plan: prompts sorted by uid, in chunks of this
 	// many, each chunk's N·PromptsPerShard trajectories advanced together.
 	PromptsPerShard int `json:"prompts_per_shard"`

@@ -87,8 +87,15 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 	if tmpl != nil {
 		s.chat = tmpl
 	}
-	if err := checkPrompts(cfg, s.chat, s.tok, s.prompts, maxPositions); err != nil {
+	var skipped []string
+	if s.prompts, skipped, err = checkPrompts(cfg, s.chat, s.tok, s.prompts, maxPositions); err != nil {
 		return nil, fmt.Errorf("rollout: --prompts %s with --policy %s: %w", in.Prompts, in.Policy, err)
+	}
+	if len(skipped) > 0 {
+		s.log.Warn("skipped prompts longer than the model's context", "skipped", len(skipped), "first", skipped[:min(len(skipped), 5)])
+	}
+	if len(s.prompts) == 0 {
+		return nil, fmt.Errorf("rollout: --prompts %s: every selected prompt is longer than the model's context: %w", in.Prompts, ErrTooLong)
 	}
 	policy, err := jobs.CheckpointInput("policy", in.Policy)
 	if err != nil {
@@ -111,7 +118,13 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindRollouts, format.RolloutsVersion
 	spec.Config = cfg
 	spec.Shards = (len(s.prompts) + cfg.PromptsPerShard - 1) / cfg.PromptsPerShard
-	spec.Summarize = summarize
+	spec.Summarize = func(dir string, outputs []format.Output) (map[string]float64, error) {
+		m, err := summarize(dir, outputs)
+		if err == nil && cfg.SkipLongPrompts {
+			m["prompts_skipped_long"] = float64(len(skipped))
+		}
+		return m, err
+	}
 	return jobs.Run(ctx, spec, s.shard)
 }
 
@@ -137,23 +150,30 @@ func policyTokenizer(dir string) (*bpe.Tokenizer, int, error) {
 // the model's positions. Such a prompt leaves no room for one generated token: its turns
 // would be recorded empty and the log-prob stage, which scores prompt and response
 // together, would fail on the whole dataset. (A later turn of the full context policy
-// can still outgrow the model; sample records that turn as truncated.)
-func checkPrompts(cfg Config, c protocol.Chat, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) error {
+// can still outgrow the model; sample records that turn as truncated.) With
+// cfg.SkipLongPrompts it drops them instead: it returns the prompts kept and the uids
+// of those dropped.
+func checkPrompts(cfg Config, c protocol.Chat, tok *bpe.Tokenizer, prompts []format.Prompt, maxPositions int) (kept []format.Prompt, skipped []string, err error) {
 	for _, p := range prompts {
 		e, err := newEpisode(cfg, c, tok, p)
 		if err != nil {
-			return fmt.Errorf("uid %s: %w", p.UID, err)
+			return nil, nil, fmt.Errorf("uid %s: %w", p.UID, err)
 		}
-		c, err := e.Context()
+		ctx, err := e.Context()
 		if err != nil {
-			return fmt.Errorf("uid %s: %w", p.UID, err)
+			return nil, nil, fmt.Errorf("uid %s: %w", p.UID, err)
 		}
-		if n := c.Len(); n >= maxPositions {
-			return fmt.Errorf("uid %s: the first turn's context is %d tokens, the policy's max_position_embeddings is %d, which leaves no room for a response (shorten the question or drop the prompt): %w",
+		switch n := ctx.Len(); {
+		case n < maxPositions:
+			kept = append(kept, p)
+		case cfg.SkipLongPrompts:
+			skipped = append(skipped, p.UID)
+		default:
+			return nil, nil, fmt.Errorf("uid %s: the first turn's context is %d tokens, the policy's max_position_embeddings is %d, which leaves no room for a response (shorten the question, drop the prompt, or pass --skip-long-prompts): %w",
 				p.UID, n, maxPositions, ErrTooLong)
 		}
 	}
-	return nil
+	return kept, skipped, nil
 }
 
 // stage is one Run's state shared by its shards. The policy is opened by the first

@@ -1,9 +1,11 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -301,6 +303,31 @@ func TestPromptLongerThanContext(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
 		t.Errorf("refused run left %v beside its output", entries)
+	}
+
+	// --skip-long-prompts rolls out the short prompt only, counts the long one in the
+	// manifest and names it in a warning.
+	cfg.SkipLongPrompts = true
+	var log bytes.Buffer
+	res, err := run(context.Background(), cfg, Inputs{Prompts: prompts, Policy: f.policy, Index: f.index},
+		jobs.Spec{Out: out, Log: slog.New(slog.NewTextHandler(&log, nil))}, newScripted(f.tok, pathsScript).loader())
+	if err != nil {
+		t.Fatalf("run with --skip-long-prompts = %v", err)
+	}
+	rows, err := format.ReadDataset[format.Rollout](out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.UID != short.UID {
+			t.Errorf("rolled out %s; want only %s", r.UID, short.UID)
+		}
+	}
+	if got := res.Manifest.Metrics["prompts_skipped_long"]; got != 1 {
+		t.Errorf("manifest prompts_skipped_long = %v, want 1", got)
+	}
+	if !strings.Contains(log.String(), "long0001") {
+		t.Errorf("log does not name the skipped prompt:\n%s", log.String())
 	}
 }
 

@@ -49,6 +49,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Int(&cfg.RetrievalTopK, cli.IntFlag{Name: "retrieval-topk", Category: "Rollout", Usage: "documents returned per search"}),
 		app.Int(&cfg.PromptOffset, cli.IntFlag{Name: "prompt-offset", Category: "Rollout", Usage: "first prompt of the slice to roll out, in uid order (a fixed shuffle); wraps around"}),
 		app.Int(&cfg.PromptLimit, cli.IntFlag{Name: "prompt-limit", Category: "Rollout", Usage: "prompts to roll out from --prompt-offset on (default 0: all); iteration k of a run uses offset k·limit"}),
+		app.Bool(&cfg.SkipLongPrompts, cli.BoolFlag{Name: "skip-long-prompts", Category: "Rollout", Usage: "drop the selected prompts whose first context leaves the model no room for a response (counted in the manifest as prompts_skipped_long, the first few named in a warning) instead of refusing the run"}),
 		app.Int(&cfg.PromptsPerShard, cli.IntFlag{Name: "prompts-per-shard", Category: "Rollout", Usage: "prompts per output shard; all their trajectories are generated together, so this sets the batch size"}),
 	}, torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), []app.Flag{
 		app.Int(&cfg.MaxBatch, cli.IntFlag{Name: "max-batch", Category: "Runtime", Usage: "sequences per generate call at most, to bound memory (default 0: every running trajectory of the shard)"}),
