@@ -17,11 +17,13 @@ import (
 
 // A checkpoint (DESIGN.md §3) is a plain HF directory — config.json,
 // generation_config.json, model.safetensors and tokenizer.json, which HF transformers
-// loads ignoring the rest — plus what the stage that trained it adds (optimizer state,
+// loads ignoring the rest — plus what the stage that trained it adds (the optimizer
+// state in a subdirectory, so that the only top-level .safetensors are weights;
 // trainer_state.json, _metrics.jsonl) and the commit record checkpoint.json, written
-// last. Every stage that writes one (init-model, sft, update) commits it through
-// Begin and Artifact.Publish, so a directory without a valid commit record is never a
-// checkpoint mempo wrote, whatever it holds.
+// last, which names every file by its slash-separated path. Every stage that writes
+// one (init-model, sft, update) commits it through Begin and Artifact.Publish, so a
+// directory without a valid commit record is never a checkpoint mempo wrote, whatever
+// it holds.
 const (
 	TokenizerFile    = "tokenizer.json"
 	TrainerStateFile = "trainer_state.json"

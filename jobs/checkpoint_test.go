@@ -26,7 +26,11 @@ func publish(t *testing.T, out string, key Key, files map[string]string) *Commit
 	}
 	defer a.Release()
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(a.Tmp, name), []byte(body), 0o644); err != nil {
+		path := filepath.Join(a.Tmp, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -275,9 +279,11 @@ func TestSnapshot(t *testing.T) {
 
 // TestVerifyCheckpoint damages a committed checkpoint's files keeping their sizes (what
 // the cache-hit check passes) and wants Verify to name the file and both digests; a
-// directory without a record has nothing to verify against.
+// directory without a record has nothing to verify against. A file in a subdirectory
+// (a trainer's optimizer state) is recorded and named by its slash-separated path.
 func TestVerifyCheckpoint(t *testing.T) {
-	files := map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 1000), TokenizerFile: `{"v": 1}` + "\n"}
+	files := map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 1000), TokenizerFile: `{"v": 1}` + "\n",
+		"trainer/optimizer.safetensors": strings.Repeat("o", 100)}
 	tests := []struct {
 		name  string
 		file  string
@@ -286,6 +292,8 @@ func TestVerifyCheckpoint(t *testing.T) {
 		{"weights", "model.safetensors", nil},
 		{"tokenizer", TokenizerFile, []string{"config.json", TokenizerFile}},
 		{"config", "config.json", []string{"config.json"}},
+		{"subdirectory", "trainer/optimizer.safetensors", []string{"trainer/optimizer.safetensors"}},
+		{"subdirectory, all files", "trainer/optimizer.safetensors", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,7 +305,10 @@ func TestVerifyCheckpoint(t *testing.T) {
 			if c.Tokenizer() == "" {
 				t.Errorf("Tokenizer() = \"\", want the recorded sha256 of %s", TokenizerFile)
 			}
-			path := filepath.Join(out, tt.file)
+			if _, ok := c.File(tt.file); !ok {
+				t.Fatalf("record lists %+v, want %s among them", c.Files, tt.file)
+			}
+			path := filepath.Join(out, filepath.FromSlash(tt.file))
 			b, _ := os.ReadFile(path)
 			b[len(b)/2] ^= 1
 			if err := os.WriteFile(path, b, 0o644); err != nil {

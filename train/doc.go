@@ -2,7 +2,7 @@
 // tensors (clipped and dual-clipped policy loss, KL to the reference, entropy bonus,
 // aggregated over a mini-batch split into micro-batches with exact gradient
 // accumulation), the supervised NLL step of the SFT warm start, an AdamW whose state is
-// saved and restored exactly (optimizer.safetensors), and Loop, the training skeleton
+// saved and restored exactly (trainer/optimizer.safetensors), and Loop, the training skeleton
 // the update and SFT stages share: key, cache hit or lock, resume from a snapshot, the
 // steps of a plan, trainer_state.json, commit through jobs.
 //

@@ -260,6 +260,13 @@ func (r *run[M]) load() (err error) {
 	if r.m, err = qwen2.Load(src, r.Model); err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
+	// The checkpoint names From's pad token (Save); one From's tokenizer lacks fails
+	// here rather than at the commit after training.
+	if r.m.Config.PadTokenID == nil {
+		if r.m.Config.PadTokenID, err = qwen2.TokenizerPad(r.From, r.m.Config.VocabSize); err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+	}
 	if !r.resumed && r.Start != nil {
 		if r.cur.Start, err = r.Start(r.m); err != nil {
 			return err
@@ -301,30 +308,41 @@ func Trainable(m *qwen2.Model) (ps []Param, err error) {
 }
 
 // loadOptimizer restores the optimizer state: the snapshot's when resuming, else From's
-// optimizer.safetensors when the run continues a lineage of this stage (the state of
-// step k is an input of step k+1). Another stage's optimizer state is not carried over:
-// its moments and step count belong to another objective and LR schedule, and verl
-// likewise starts RL from SFT with a fresh optimizer.
+// (OptimizerIn: TrainerDir, or the top level of an older checkpoint) when the run
+// continues a lineage of this stage (the state of step k is an input of step k+1).
+// Another stage's optimizer state is not carried over: its moments and step count
+// belong to another objective and LR schedule, and verl likewise starts RL from SFT
+// with a fresh optimizer.
 func (r *run[M]) loadOptimizer() error {
 	if r.resumed {
-		if err := LoadOptimizer(filepath.Join(r.snap.Dir, OptimizerFile), r.adam); err != nil {
+		name, err := OptimizerIn(r.snap.Dir)
+		if err == nil && name == "" {
+			err = fmt.Errorf("snapshot %s has no %s", r.snap.Dir, OptimizerFile)
+		}
+		if err == nil {
+			err = LoadOptimizer(filepath.Join(r.snap.Dir, name), r.adam)
+		}
+		if err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
 		return nil
 	}
-	path := filepath.Join(r.From, OptimizerFile)
-	if _, err := os.Stat(path); !r.Continue || errors.Is(err, os.ErrNotExist) {
+	if !r.Continue {
 		return nil
+	}
+	name, err := OptimizerIn(r.From)
+	if err != nil || name == "" {
+		return err
 	}
 	if r.prev != nil && r.prev.Stage != r.Stage {
 		r.spec.Log.Info("fresh optimizer: the policy's optimizer state is from another stage", "stage", r.prev.Stage)
 		return nil
 	}
 	// The state is an input like the weights, which qwen2.Load verified.
-	if err := jobs.VerifyCheckpoint(r.From, OptimizerFile); err != nil {
+	if err := jobs.VerifyCheckpoint(r.From, name); err != nil {
 		return err
 	}
-	return LoadOptimizer(path, r.adam)
+	return LoadOptimizer(filepath.Join(r.From, name), r.adam)
 }
 
 // train runs the steps the plan has left, with snapshots at the cadence.
@@ -399,14 +417,15 @@ func (r *run[M]) commit(conf []byte) (*jobs.TrainerState, error) {
 	return st, nil
 }
 
-// write writes the checkpoint's files into dir: the weights, From's tokenizer set, the
-// optimizer state, _metrics.jsonl, the stage's own files and trainer_state.json; the
-// commit record follows in Publish.
+// write writes the checkpoint's files into dir: From's tokenizer set, the weights, the
+// optimizer state (in TrainerDir), _metrics.jsonl, the stage's own files and
+// trainer_state.json; the commit record follows in Publish. The tokenizer goes first:
+// Save takes config.json's pad_token_id from it when From's config.json names none.
 func (r *run[M]) write(dir string, st *jobs.TrainerState) error {
-	if err := r.m.Save(dir, maxShardBytes); err != nil {
+	if err := copyTokenizer(dir, r.From, r.m.Config); err != nil {
 		return err
 	}
-	if err := copyTokenizer(dir, r.From, r.m.Config); err != nil {
+	if err := r.m.Save(dir, maxShardBytes); err != nil {
 		return err
 	}
 	if err := SaveOptimizer(filepath.Join(dir, OptimizerFile), r.adam); err != nil {

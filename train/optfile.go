@@ -1,23 +1,60 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 
+	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
-// OptimizerFile is the optimizer state's file in a checkpoint directory.
-const OptimizerFile = "optimizer.safetensors"
+// The optimizer state's place in a checkpoint directory. It lies in TrainerDir, not
+// beside the weights as HF Trainer's optimizer.pt does: an inference server such as vLLM
+// loads every *.safetensors at the top of a model directory as weights, so nothing but
+// the model's weights may be a top-level .safetensors.
+const (
+	// TrainerDir holds what only training reads back: the optimizer state.
+	TrainerDir = "trainer"
+	// OptimizerFile is the optimizer state's file, relative to the checkpoint directory
+	// and slash-separated, as checkpoint.json names its files.
+	OptimizerFile = TrainerDir + "/optimizer.safetensors"
+	// LegacyOptimizerFile is where checkpoints and snapshots written before TrainerDir
+	// hold the optimizer state; they are still read (OptimizerIn).
+	LegacyOptimizerFile = "optimizer.safetensors"
+)
+
+// OptimizerIn returns the name, relative to dir, of the optimizer state of the checkpoint
+// or snapshot dir: OptimizerFile, else LegacyOptimizerFile in one of the older layout;
+// "" when dir holds neither.
+func OptimizerIn(dir string) (string, error) {
+	for _, name := range []string{OptimizerFile, LegacyOptimizerFile} {
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(name)))
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("optimizer state of %s: %w", dir, err)
+		}
+	}
+	return "", nil
+}
 
 // SaveOptimizer writes o.State() to path as safetensors, one tensor at a time through
 // host memory; the keys are State's, so the file reads like a PyTorch optimizer
-// state_dict flattened by parameter name.
+// state_dict flattened by parameter name. Path's directory is created when missing
+// (TrainerDir in a checkpoint), and its entry made durable.
 func SaveOptimizer(path string, o *AdamW) (err error) {
+	if err := mkdirSynced(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("save optimizer %s: %w", path, err)
+	}
 	st, err := o.State()
 	if err != nil {
 		return fmt.Errorf("save optimizer %s: %w", path, err)
@@ -84,4 +121,17 @@ func LoadOptimizer(path string, o *AdamW) (err error) {
 		return fmt.Errorf("load optimizer %s: %w", path, err)
 	}
 	return nil
+}
+
+// mkdirSynced creates dir when missing and syncs its parent, so that the new entry
+// survives a crash as the files written into it do (renameio syncs only their own
+// directory).
+func mkdirSynced(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return renameio.Sync(filepath.Dir(dir))
 }

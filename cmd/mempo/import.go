@@ -22,8 +22,10 @@ func importCommand() *cli.Command {
 in input order. Parquet files follow verl's layout (data_source, prompt chat list,
 reward_model.ground_truth, or Search-R1's ground_truth.target, extra_info); JSONL
 files hold {"question", "golden_answers"|"answers"|"answer", optional
-"data_source", "split"} per line. The import is a cached stage: a rerun with the
-same files (by path and sha256) and flags is a cache hit; --force recomputes.`,
+"data_source", "split"} per line. Each row keeps its own data_source; --data-source
+names only rows without one, and --override-data-source relabels them all. The
+import is a cached stage: a rerun with the same files (by path and sha256) and flags
+is a cache hit; --force recomputes.`,
 	}, im.flags(), im.run)
 }
 
@@ -39,7 +41,10 @@ func (im *importCmd) flags() *app.Flags {
 		app.String(&cfg.Split, cli.StringFlag{Name: "split", Category: "Import",
 			Usage: "split of every question; empty takes extra_info.split (Parquet) or \"split\" (JSONL), else the file name"}),
 		app.String(&cfg.DataSource, cli.StringFlag{Name: "data-source", Category: "Import",
-			Usage: "data_source of every question; empty takes the data_source column or field, else the file name"}),
+			Usage: "data_source `NAME` of the questions whose file gives none (no data_source column or field, or an empty one); " +
+				"a question's own data_source is kept (Search-R1's nq and hotpotqa rows stay apart); empty takes the file name"}),
+		app.String(&cfg.OverrideDataSource, cli.StringFlag{Name: "override-data-source", Category: "Import",
+			Usage: "data_source `NAME` of every question, replacing the file's own (e.g. to compose --k objectives across sources); wins over --data-source"}),
 		app.Bool(&cfg.DropPrompt, cli.BoolFlag{Name: "drop-prompt", Category: "Import",
 			Usage: "leave out each question's own chat prompt (a Parquet prompt column's system message and the user message wrapping the question in the source's instructions), " +
 				"so rollouts wrap the question in the protocol's user template; kept by default (K = 1), where the source's prompt renders the first context"}),

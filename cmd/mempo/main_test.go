@@ -52,7 +52,7 @@ func TestGenTaskConfigReplay(t *testing.T) {
 }
 
 func TestImportConfigReplay(t *testing.T) {
-	want := ingest.RunConfig{Config: ingest.Config{K: 2, Split: "test", DataSource: "nq"}, ShardRows: 100}
+	want := ingest.RunConfig{Config: ingest.Config{K: 2, Split: "test", DataSource: "nq", OverrideDataSource: "mix"}, ShardRows: 100}
 	got := importCmd{cfg: ingest.RunConfig{Config: ingest.Config{K: 1}, ShardRows: ingest.DefaultShardRows}}
 	apptest.Replay(t, got.flags(), want)
 	if diff := cmp.Diff(want, got.cfg); diff != "" {

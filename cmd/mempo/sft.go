@@ -68,7 +68,7 @@ func (s *sftCmd) flags() *app.Flags {
 }
 
 // sftOutFlag is sft's --out, a checkpoint rather than a dataset.
-var sftOutFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, _metrics.jsonl and oracle.jsonl"}
+var sftOutFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus trainer/optimizer.safetensors, trainer_state.json, _metrics.jsonl and oracle.jsonl"}
 
 func (s *sftCmd) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)

@@ -47,24 +47,36 @@ func TestVerifyDirs(t *testing.T) {
 	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: filepath.Join(taskDir, task.CorpusFile), Dir: index}, search.BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ckpt := filepath.Join(dir, "ckpt")
-	a, _, err := jobs.Begin(jobs.Spec{Out: ckpt}, jobs.Key{9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, body := range map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), jobs.TokenizerFile: "{}\n"} {
-		if err := os.WriteFile(filepath.Join(a.Tmp, name), []byte(body), 0o644); err != nil {
+	// A trained checkpoint keeps its optimizer state in a subdirectory; one written
+	// before that (legacy) at the top level.
+	commit := func(out, stage string, files map[string]string) {
+		a, _, err := jobs.Begin(jobs.Spec{Out: out}, jobs.Key{9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Release()
+		for name, body := range files {
+			path := filepath.Join(a.Tmp, filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.Publish(jobs.Commit{Stage: stage}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.Publish(jobs.Commit{Stage: "init-model"}); err != nil {
-		t.Fatal(err)
-	}
-	a.Release()
+	ckpt, trained, legacy := filepath.Join(dir, "ckpt"), filepath.Join(dir, "trained"), filepath.Join(dir, "legacy")
+	commit(ckpt, "init-model", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), jobs.TokenizerFile: "{}\n"})
+	commit(trained, "update", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), "trainer/optimizer.safetensors": strings.Repeat("o", 512)})
+	commit(legacy, "update", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), "optimizer.safetensors": strings.Repeat("o", 512)})
 	train := filepath.Join(taskDir, task.TrainDir)
 
 	for _, tt := range []struct{ dir, want string }{
 		{train, "prompts"}, {ckpt, "checkpoint of stage init-model"}, {taskDir, "task"}, {index, "index of"},
+		{trained, "checkpoint of stage update, 3 files"}, {legacy, "checkpoint of stage update, 3 files"},
 	} {
 		if got, err := verifyDir(tt.dir); err != nil || !strings.Contains(got, tt.want) {
 			t.Errorf("verifyDir(%s) = %q, %v, want a summary with %q", tt.dir, got, err, tt.want)
@@ -87,6 +99,14 @@ func TestVerifyDirs(t *testing.T) {
 		_, err = verifyDir(ckpt)
 		if !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), sum) {
 			t.Errorf("verifyDir(%s) = %v, want ErrNotCheckpoint with sha256 %s and %s", ckpt, err, want.SHA256, sum)
+		}
+	})
+	t.Run("checkpoint optimizer state", func(t *testing.T) {
+		path := filepath.Join(trained, "trainer", "optimizer.safetensors")
+		flipByte(t, path, 10)
+		defer flipByte(t, path, 10)
+		if _, err := verifyDir(trained); !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
+			t.Errorf("verifyDir(%s) = %v, want ErrNotCheckpoint naming %s", trained, err, path)
 		}
 	})
 	t.Run("checkpoint extra file", func(t *testing.T) {

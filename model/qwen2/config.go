@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/sugarme/gotch"
+
+	"github.com/mempo/mempo/jobs"
 )
 
 // ErrConfig marks an invalid or unsupported config.json.
@@ -39,6 +44,10 @@ type Config struct {
 	// BOS and EOS token ids go to config.json and generation_config.json; nil is null.
 	BOSTokenID *int `json:"bos_token_id"`
 	EOSTokenID *int `json:"eos_token_id"`
+	// PadTokenID is the tokenizer's pad token, in config.json and generation_config.json
+	// as transformers' generate looks for it; nil leaves it out. Save fills a nil one
+	// from the tokenizer set in the directory it writes (TokenizerPad).
+	PadTokenID *int `json:"pad_token_id,omitempty"`
 	// InitializerRange is the std of the random initialisation (HF default 0.02).
 	InitializerRange float64 `json:"initializer_range"`
 	UseSlidingWindow bool    `json:"use_sliding_window"`
@@ -180,10 +189,109 @@ func encodeJSON(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// generationConfig is the subset of generation_config.json that HF needs.
+// generationConfig is the subset of generation_config.json that HF needs. Without a
+// pad_token_id, transformers' generate warns on every call and pads with the eos id.
 type generationConfig struct {
 	BOSTokenID *int `json:"bos_token_id"`
 	EOSTokenID *int `json:"eos_token_id"`
+	PadTokenID *int `json:"pad_token_id,omitempty"`
+}
+
+// tokenizerConfigFile is the tokenizer set's file that names its pad token.
+const tokenizerConfigFile = "tokenizer_config.json"
+
+// TokenizerPad is the id of the pad token that dir's tokenizer_config.json names
+// (pad_token: the token's content, or an added token object holding it), looked up in
+// that file's added_tokens_decoder, else in tokenizer.json's added tokens and
+// vocabulary. It is nil when dir has no tokenizer_config.json or the file names no pad
+// token. A pad token the tokenizer lacks, or whose id has no embedding row among vocab,
+// is an error naming the file.
+func TokenizerPad(dir string, vocab int) (*int, error) {
+	path := filepath.Join(dir, tokenizerConfigFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pad token: %w", err)
+	}
+	var tc struct {
+		Pad     json.RawMessage    `json:"pad_token"`
+		Decoder map[string]idToken `json:"added_tokens_decoder"`
+	}
+	if err := json.Unmarshal(data, &tc); err != nil {
+		return nil, fmt.Errorf("pad token: read %s: %w: %w", path, err, ErrConfig)
+	}
+	pad, ok := tokenContent(tc.Pad)
+	if !ok {
+		return nil, nil
+	}
+	id, found := -1, false
+	for key, t := range tc.Decoder {
+		if n, err := strconv.Atoi(key); err == nil && t.Content == pad && (!found || n < id) {
+			id, found = n, true
+		}
+	}
+	if !found {
+		if id, found, err = tokenID(filepath.Join(dir, jobs.TokenizerFile), pad); err != nil {
+			return nil, err
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: pad_token %q is no token of the tokenizer: tokenizer/model mismatch: %w", path, pad, ErrConfig)
+	}
+	if id < 0 || id >= vocab {
+		return nil, fmt.Errorf("%s: pad_token %q has id %d, model vocab_size is %d: tokenizer/model mismatch: %w", path, pad, id, vocab, ErrConfig)
+	}
+	return &id, nil
+}
+
+// idToken is an added token as tokenizer.json and tokenizer_config.json write it.
+type idToken struct {
+	ID      int    `json:"id"`
+	Content string `json:"content"`
+}
+
+// tokenID looks s up in the tokenizer.json at path: its added tokens, then its model's
+// vocabulary. A missing file finds nothing.
+func tokenID(path, s string) (id int, found bool, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("pad token: %w", err)
+	}
+	var tj struct {
+		Added []idToken `json:"added_tokens"`
+		Model struct {
+			Vocab map[string]int `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(data, &tj); err != nil {
+		return 0, false, fmt.Errorf("pad token: read %s: %w: %w", path, err, ErrConfig)
+	}
+	for _, t := range tj.Added {
+		if t.Content == s {
+			return t.ID, true, nil
+		}
+	}
+	id, found = tj.Model.Vocab[s]
+	return id, found, nil
+}
+
+// tokenContent is a special token's text in tokenizer_config.json: a string, or an
+// added token object with its content; null, "" and absent are none.
+func tokenContent(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, s != ""
+	}
+	var t idToken
+	if json.Unmarshal(raw, &t) == nil && t.Content != "" {
+		return t.Content, true
+	}
+	return "", false
 }
 
 // Presets by name; VocabSize is replaced by the tokenizer's size when given.

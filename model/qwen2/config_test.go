@@ -3,6 +3,8 @@ package qwen2
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -111,5 +113,61 @@ func TestConfigEncodeRoundTrip(t *testing.T) {
 	b, _ := json.Marshal(got)
 	if string(a) != string(b) {
 		t.Errorf("ParseConfig(Encode(c)) = %s, want %s", b, a)
+	}
+}
+
+// TestTokenizerPad resolves tokenizer_config.json's pad_token to an id the ways HF
+// tokenizer sets name it, and refuses one the tokenizer or the model lacks.
+func TestTokenizerPad(t *testing.T) {
+	const tokenizerJSON = `{"added_tokens": [{"id": 90, "content": "<|endoftext|>", "special": true}],
+		"model": {"type": "BPE", "vocab": {"a": 3, "<pad>": 12, "<big>": 200}}}`
+	decoder := `"added_tokens_decoder": {"90": {"content": "<|endoftext|>", "special": true}, "91": {"content": "<|im_end|>"}}`
+	tests := []struct {
+		name      string
+		config    string // tokenizer_config.json; "" writes none
+		tokenizer string // tokenizer.json; "" writes none
+		want      int    // -1: no pad
+		err       string
+	}{
+		{"added_tokens_decoder", `{"pad_token": "<|endoftext|>", ` + decoder + `}`, "", 90, ""},
+		{"token object", `{"pad_token": {"content": "<|endoftext|>", "lstrip": false}, ` + decoder + `}`, "", 90, ""},
+		{"tokenizer.json added token", `{"pad_token": "<|endoftext|>"}`, tokenizerJSON, 90, ""},
+		{"tokenizer.json vocabulary", `{"pad_token": "<pad>"}`, tokenizerJSON, 12, ""},
+		{"null pad", `{"pad_token": null, ` + decoder + `}`, tokenizerJSON, -1, ""},
+		{"no pad key", `{"eos_token": "<|im_end|>", ` + decoder + `}`, tokenizerJSON, -1, ""},
+		{"no tokenizer_config.json", "", tokenizerJSON, -1, ""},
+		{"unknown token", `{"pad_token": "<nope>"}`, tokenizerJSON, 0, `pad_token "<nope>" is no token of the tokenizer`},
+		{"unknown without tokenizer.json", `{"pad_token": "<nope>"}`, "", 0, `pad_token "<nope>" is no token of the tokenizer`},
+		{"beyond vocab_size", `{"pad_token": "<big>"}`, tokenizerJSON, 0, "id 200, model vocab_size is 97"},
+		{"not JSON", `{"pad_token": `, "", 0, tokenizerConfigFile},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, body := range map[string]string{tokenizerConfigFile: tt.config, "tokenizer.json": tt.tokenizer} {
+				if body == "" {
+					continue
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := TokenizerPad(dir, 97)
+			if tt.err != "" {
+				if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tokenizerConfigFile) {
+					t.Errorf("TokenizerPad = %v, %v; want ErrConfig naming %s and %q", got, err, tokenizerConfigFile, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("TokenizerPad = %v", err)
+			}
+			switch {
+			case tt.want < 0 && got != nil:
+				t.Errorf("TokenizerPad = %d, want none", *got)
+			case tt.want >= 0 && (got == nil || *got != tt.want):
+				t.Errorf("TokenizerPad = %v, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -518,11 +518,20 @@ func (c Config) CheckTokenizer(tok Vocab, required ...string) error {
 
 // Save writes the model to dir in HF layout: config.json, generation_config.json and
 // model.safetensors, or shards of at most maxShardBytes plus the index when larger
-// (maxShardBytes <= 0 never shards). HF transformers loads the result unchanged.
+// (maxShardBytes <= 0 never shards). HF transformers loads the result unchanged. Both
+// configs name the pad token: Config's, else the one of the tokenizer set already in
+// dir (TokenizerPad), so a caller writes the tokenizer first.
 func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
 	defer torch.Catch("save qwen2 model to "+dir, &err)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save qwen2 model: %w", err)
+	}
+	cfg := m.Config
+	cfg.TorchDType = DTypeName(m.dtype)
+	if cfg.PadTokenID == nil {
+		if cfg.PadTokenID, err = TokenizerPad(dir, cfg.VocabSize); err != nil {
+			return fmt.Errorf("save qwen2 model to %s: %w", dir, err)
+		}
 	}
 	dt, _ := torch.ToSafetensors(m.dtype) // every weight dtype has one
 	var tensors []safetensors.Tensor
@@ -537,8 +546,6 @@ func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
 	if _, err := safetensors.WriteDir(dir, tensors, maxShardBytes); err != nil {
 		return fmt.Errorf("save qwen2 model: %w", err)
 	}
-	cfg := m.Config
-	cfg.TorchDType = DTypeName(m.dtype)
 	data, err := cfg.Encode()
 	if err != nil {
 		return err
@@ -546,7 +553,7 @@ func (m *Model) Save(dir string, maxShardBytes int64) (err error) {
 	if err := renameio.WriteFile(filepath.Join(dir, ConfigFile), data); err != nil {
 		return err
 	}
-	gen, err := encodeJSON(generationConfig{BOSTokenID: cfg.BOSTokenID, EOSTokenID: cfg.EOSTokenID})
+	gen, err := encodeJSON(generationConfig{BOSTokenID: cfg.BOSTokenID, EOSTokenID: cfg.EOSTokenID, PadTokenID: cfg.PadTokenID})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package qwen2
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,65 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSavePadToken: config.json and generation_config.json name the pad token — the
+// model config's own, else that of the tokenizer set already in the directory — so
+// that transformers' generate pads with it instead of warning; without either, the
+// key is left out, never null.
+func TestSavePadToken(t *testing.T) {
+	tokenizerConfig := `{"pad_token": "<|endoftext|>", "added_tokens_decoder": {"90": {"content": "<|endoftext|>"}}}`
+	own := 5
+	tests := []struct {
+		name      string
+		pad       *int
+		tokenizer string // tokenizer_config.json in dir before Save; "" none
+		want      any    // the pad_token_id both files hold; nil: no key
+	}{
+		{"from the tokenizer", nil, tokenizerConfig, 90.0},
+		{"the config's own", &own, tokenizerConfig, 5.0},
+		{"no tokenizer", nil, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig()
+			c.PadTokenID = tt.pad
+			m := newTestModel(t, c, Options{})
+			dir := t.TempDir()
+			if tt.tokenizer != "" {
+				if err := os.WriteFile(filepath.Join(dir, tokenizerConfigFile), []byte(tt.tokenizer), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := m.Save(dir, 0); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{ConfigFile, GenerationConfigFile} {
+				var got map[string]any
+				data, _ := os.ReadFile(filepath.Join(dir, name))
+				if err := json.Unmarshal(data, &got); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				v, ok := got["pad_token_id"]
+				if tt.want == nil && ok || tt.want != nil && v != tt.want {
+					t.Errorf("%s pad_token_id = %v (present %v), want %v", name, v, ok, tt.want)
+				}
+			}
+			if m.Config.PadTokenID != tt.pad {
+				t.Errorf("Save changed the model's PadTokenID to %v, want %v", m.Config.PadTokenID, tt.pad)
+			}
+		})
+	}
+	t.Run("unknown pad token", func(t *testing.T) {
+		m := newTestModel(t, testConfig(), Options{})
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, tokenizerConfigFile), []byte(`{"pad_token": "<nope>"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Save(dir, 0); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "<nope>") {
+			t.Errorf("Save with a pad token the tokenizer lacks = %v, want ErrConfig naming it", err)
+		}
+	})
 }
 
 // TestSavedLayout checks what HF transformers reads: HF key names, F32 dtype, the

@@ -5,6 +5,7 @@
 package ingest
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -28,9 +29,15 @@ type Config struct {
 	// Split overrides every question's split. Empty: extra_info.split (Parquet) or
 	// "split" (JSONL), else the file name without extensions ("test.parquet" → "test").
 	Split string `json:"split"`
-	// DataSource overrides every question's data_source. Empty: the data_source
-	// column or field, else the file name without extensions.
+	// DataSource is the data_source of a question whose file gives none (no
+	// data_source column or field, or an empty one). Empty: the file name without
+	// extensions. A question's own data_source is kept: Search-R1's training file mixes
+	// nq and hotpotqa rows, and relabeling them all would merge their groups in Compose
+	// and their per-source scores.
 	DataSource string `json:"data_source"`
+	// OverrideDataSource, when set, replaces every question's data_source, its own
+	// included, e.g. to compose K objectives across sources. It wins over DataSource.
+	OverrideDataSource string `json:"override_data_source,omitempty"`
 	// DropPrompt leaves out each question's own chat prompt (its system message and the
 	// user message wrapping it in the source's instructions), so the protocol's user
 	// template renders the question instead; a composed prompt (K > 1) never has one.
@@ -168,11 +175,11 @@ func stem(path string) string {
 
 // finish applies cfg's overrides and defaults to q and checks it.
 func finish(q *Question, cfg Config, path, where string) error {
-	if cfg.DataSource != "" {
-		q.DataSource = cfg.DataSource
+	if cfg.OverrideDataSource != "" {
+		q.DataSource = cfg.OverrideDataSource
 	}
 	if q.DataSource == "" {
-		q.DataSource = stem(path)
+		q.DataSource = cmp.Or(cfg.DataSource, stem(path))
 	}
 	if cfg.Split != "" {
 		q.Split = cfg.Split

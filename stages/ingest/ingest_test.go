@@ -54,9 +54,50 @@ func TestReadParquetVerlPlain(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadParquet(verl_plain.parquet) (-want +got):\n%s", diff)
 	}
-	got, err = ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{Split: "test", DataSource: "gsm", DropPrompt: true})
+	got, err = ReadParquet(filepath.Join("testdata", "verl_plain.parquet"), Config{Split: "test", OverrideDataSource: "gsm", DropPrompt: true})
 	if err != nil || got[0].Split != "test" || got[0].DataSource != "gsm" || got[0].System != "" || got[0].User != "" {
 		t.Errorf("with overrides: %+v, %v, want split test, data_source gsm and no prompt messages", got[0], err)
+	}
+}
+
+// TestDataSource: a question keeps its file's own data_source; DataSource names only
+// those without one (else the file name does), and OverrideDataSource replaces every
+// one. Search-R1's file mixes nq and hotpotqa rows, which a DataSource of nq once
+// relabeled all as nq.
+func TestDataSource(t *testing.T) {
+	searchR1 := filepath.Join("testdata", "search_r1.parquet")
+	mixed := writeTemp(t, "dev.jsonl", `{"question": "q0", "answer": "a", "data_source": "nq"}
+{"question": "q1", "answer": "b"}
+{"question": "q2", "answer": "c", "data_source": ""}
+{"question": "q3", "answer": "d", "data_source": "hotpotqa"}
+`)
+	tests := []struct {
+		name string
+		path string
+		cfg  Config
+		want []string
+	}{
+		{"parquet own", searchR1, Config{}, []string{"nq", "nq", "hotpotqa", "nq", "hotpotqa", "nq", "nq"}},
+		{"parquet own over flag", searchR1, Config{DataSource: "nq"}, []string{"nq", "nq", "hotpotqa", "nq", "hotpotqa", "nq", "nq"}},
+		{"parquet override", searchR1, Config{OverrideDataSource: "mix"}, []string{"mix", "mix", "mix", "mix", "mix", "mix", "mix"}},
+		{"jsonl file name fills", mixed, Config{}, []string{"nq", "dev", "dev", "hotpotqa"}},
+		{"jsonl flag fills", mixed, Config{DataSource: "wiki"}, []string{"nq", "wiki", "wiki", "hotpotqa"}},
+		{"jsonl override wins", mixed, Config{DataSource: "wiki", OverrideDataSource: "mix"}, []string{"mix", "mix", "mix", "mix"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			qs, err := Read(tt.path, tt.cfg)
+			if err != nil {
+				t.Fatalf("Read(%s, %+v) error: %v", tt.path, tt.cfg, err)
+			}
+			got := make([]string, len(qs))
+			for i, q := range qs {
+				got[i] = q.DataSource
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Read(%s, %+v) data_source (-want +got):\n%s", tt.path, tt.cfg, diff)
+			}
+		})
 	}
 }
 

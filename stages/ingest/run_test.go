@@ -140,7 +140,7 @@ func TestRunInputChanges(t *testing.T) {
 
 func TestRunDeterministic(t *testing.T) {
 	// Two outputs, two processes' worth of state: the same files give the same digest.
-	cfg := RunConfig{Config: Config{K: 2, DataSource: "mix", Split: "train"}, Inputs: fixtures, ShardRows: 1}
+	cfg := RunConfig{Config: Config{K: 2, OverrideDataSource: "mix", Split: "train"}, Inputs: fixtures, ShardRows: 1}
 	var digests []string
 	for _, name := range []string{"a", "b"} {
 		res, err := Run(context.Background(), cfg, jobs.Spec{Out: filepath.Join(t.TempDir(), name)})

@@ -19,7 +19,7 @@ import (
 
 // Inputs are the checkpoints and datasets the update reads.
 type Inputs struct {
-	Policy     string // checkpoint to train (its optimizer.safetensors, if any, continues)
+	Policy     string // checkpoint to train (its optimizer state, if any, continues)
 	Ref        string // frozen reference checkpoint: same architecture and vocabulary
 	Rollouts   string // rollouts dataset
 	Logprobs   string // logprobs dataset of those rollouts

@@ -39,7 +39,7 @@ type command struct {
 func (cmd *command) flags() *app.Flags {
 	cfg, in, obj := &cmd.cfg, &cmd.in, &cmd.cfg.Objective
 	return app.Bind(cfg, app.Unbound(outFlag, app.ForceFlag, app.SeedFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
-		app.String(&in.Policy, cli.StringFlag{Name: "policy", Category: "Inputs", Required: true, TakesFile: true, Usage: "policy checkpoint `DIR` to train (HF layout; its optimizer.safetensors continues when it comes from an earlier update)"}),
+		app.String(&in.Policy, cli.StringFlag{Name: "policy", Category: "Inputs", Required: true, TakesFile: true, Usage: "policy checkpoint `DIR` to train (HF layout; its optimizer state, trainer/optimizer.safetensors or an older top-level optimizer.safetensors, continues when it comes from an earlier update)"}),
 		app.String(&in.Ref, cli.StringFlag{Name: "ref", Category: "Inputs", Required: true, TakesFile: true, Usage: "frozen reference checkpoint `DIR`: the policy's architecture and vocabulary"}),
 		app.String(&in.Rollouts, cli.StringFlag{Name: "rollouts", Category: "Inputs", Required: true, TakesFile: true, Usage: "rollouts dataset `DIR`: each turn is one training sample"}),
 		app.String(&in.Logprobs, cli.StringFlag{Name: "logprobs", Category: "Inputs", Required: true, TakesFile: true, Usage: "logprobs dataset `DIR` of those rollouts (old and reference log-probs)"}),
@@ -63,7 +63,7 @@ func (cmd *command) flags() *app.Flags {
 }
 
 // outFlag is the stage's --out, a checkpoint rather than a dataset.
-var outFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus optimizer.safetensors, trainer_state.json, _metrics.jsonl; it is a checkpoint only once checkpoint.json exists"}
+var outFlag = &cli.StringFlag{Name: app.OutFlag.Name, Category: "Output", TakesFile: true, Usage: "checkpoint `DIR` to write (required): HF layout plus trainer/optimizer.safetensors, trainer_state.json, _metrics.jsonl; it is a checkpoint only once checkpoint.json exists"}
 
 func (cmd *command) run(c *cli.Context) error {
 	spec, err := app.StageSpec(c)
