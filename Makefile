@@ -17,10 +17,17 @@ GO_TORCH := build/go.sh
 REVISION := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 # Changes whenever the source does (even uncommitted edits), so pipelines rerun after it.
 CODE_VERSION := $(REVISION)$(shell git diff HEAD 2>/dev/null | sha256sum | cut -c1-12)
+# What --version prints of the commit (cmd/internal/app/version.go) when Go records no
+# vcs.* settings itself, as under GOFLAGS=-buildvcs=false: the commit, whether tracked
+# files differ from it, and its time in UTC. Empty outside a git checkout.
+APP_PKG := github.com/mempo/mempo/cmd/internal/app
+VCS_STAMP := -X $(APP_PKG).stampRevision=$(shell git rev-parse HEAD 2>/dev/null) \
+	-X $(APP_PKG).stampModified=$(if $(findstring -dirty,$(REVISION)),true,false) \
+	-X $(APP_PKG).stampTime=$(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
 # -w leaves DWARF out of the binaries: links in about half the time (18 -> 10 s for all of
 # them here, a part of every `make demo`); stack traces and profiles keep their symbols and
 # lines. DEBUG=1 keeps DWARF, for a debugger.
-LDFLAGS := $(if $(DEBUG),,-w )-X github.com/mempo/mempo/jobs.revision=$(REVISION)
+LDFLAGS := $(if $(DEBUG),,-w )-X github.com/mempo/mempo/jobs.revision=$(REVISION) $(VCS_STAMP)
 # CUDA=1 or LIBTORCH_CUDA=1 selects the CUDA libtorch for every target, and bin/cuda for
 # the binaries build writes and demo and experiment run (see the top).
 CUDA ?= $(LIBTORCH_CUDA)
@@ -93,9 +100,15 @@ test-torch: libtorch
 	$(GO_TORCH) vet ./...
 	$(GO_TORCH) test -count=1 -timeout 30m ./...
 
-# A tiny real run opened with pyarrow, pandas, DuckDB and transformers (build/ecosystem/check.sh);
-# one line says it skipped when no Python has pyarrow. It installs nothing.
+# A tiny real run opened with pyarrow, pandas, DuckDB and transformers (build/ecosystem/check.sh),
+# after venv_test.sh checks, with a stand-in Python, how the check finds or makes its Python
+# environment. That is the bench environment when it has every module, else the first run
+# installs pinned wheels (build/ecosystem/requirements.txt, about 120 MB from PyPI, no torch)
+# into ~/.cache/mempo/ecosystem-venv (ECOSYSTEM_VENV=DIR elsewhere). One line says it skipped
+# when there is no CPython 3.10-3.14 with venv and pip, or PyPI is unreachable; a pip that
+# fails otherwise fails the target.
 test-ecosystem: libtorch
+	@build/ecosystem/venv_test.sh
 	@MAKE="$(MAKE)" build/ecosystem/check.sh
 
 bench: libtorch fixtures

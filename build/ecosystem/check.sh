@@ -8,26 +8,30 @@
 #
 # The tiny run is pipelines/mempo.mk's first MemPO iteration at the end-to-end test's
 # sizes (task, index, init, SFT, rollouts, scores, log-probs, advantages, update: about
-# 20 s on 2 cores), with bin/ from `make build` (BIN=DIR: binaries built elsewhere). The Python is the cached environment of
-# build/bench_compare/venv.sh when it imports pyarrow and pandas, else python3 when it
-# does; without one the script says so in one line and exits 0. Nothing is installed.
+# 20 s on 2 cores), with bin/ from `make build` (BIN=DIR: binaries built elsewhere).
+#
+# The Python is venv.sh's: the bench environment of build/bench_compare/venv.sh when it
+# already has every module check.py imports, else a small environment of this directory's
+# requirements.txt (pinned pyarrow, pandas, DuckDB, transformers; no torch) that the first
+# run installs from PyPI into ~/.cache/mempo/ecosystem-venv (ECOSYSTEM_VENV=DIR puts it
+# elsewhere and leaves the bench environment unused; PYTHON picks the CPython 3.10-3.14
+# that makes it). The script skips, with one
+# line saying why and exit 0, only without such a Python, or without venv and pip for it,
+# or when the package index is unreachable; a pip that fails otherwise fails the check and
+# names its log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-# shellcheck source=../bench_compare/venv.sh
-. "$root/build/bench_compare/venv.sh"
+# shellcheck source=venv.sh
+. "$here/venv.sh"
 
-py=
-for p in "$venv/bin/python" "${PYTHON:-python3}"; do
-  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import pyarrow, pandas' 2>/dev/null; then
-    py=$p
-    break
-  fi
-done
-if [[ -z $py ]]; then
-  echo "ecosystem: skipped: no Python with pyarrow and pandas (make bench-compare installs $venv)"
-  exit 0
-fi
+rc=0
+py=$(eco_python) || rc=$?
+case $rc in
+0) ;;
+2) exit 0 ;; # eco_python said why it skipped
+*) exit 1 ;;
+esac
 
 run=${1:-}
 if [[ -z $run ]]; then
@@ -51,4 +55,5 @@ if [[ -z $run ]]; then
   fi
 fi
 echo "ecosystem: checking $run with $py"
-"$py" "$here/check.py" "$run"
+# transformers without torch warns at import that it can load no model; check.py loads none.
+TRANSFORMERS_NO_ADVISORY_WARNINGS=1 "$py" "$here/check.py" "$run"

@@ -11,8 +11,9 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/stagecmd/logprob"
+	"github.com/mempo/mempo/model/torch"
 )
 
 func main() {
-	os.Exit(app.Main(logprob.App(), os.Args))
+	os.Exit(app.Main(app.WithLibtorch(logprob.App(), torch.Version, torch.CUDABuilt), os.Args))
 }

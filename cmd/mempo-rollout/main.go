@@ -11,8 +11,9 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/stagecmd/rollout"
+	"github.com/mempo/mempo/model/torch"
 )
 
 func main() {
-	os.Exit(app.Main(rollout.App(), os.Args))
+	os.Exit(app.Main(app.WithLibtorch(rollout.App(), torch.Version, torch.CUDABuilt), os.Args))
 }

@@ -13,11 +13,12 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/stagecmd/update"
+	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train/dataparallel"
 )
 
 func main() {
 	// A process 'mempo-update --procs N' started to train beside it serves here and exits.
 	dataparallel.ServeWorker()
-	os.Exit(app.Main(update.App(), os.Args))
+	os.Exit(app.Main(app.WithLibtorch(update.App(), torch.Version, torch.CUDABuilt), os.Args))
 }

@@ -25,7 +25,7 @@ func main() {
 	dataparallel.ServeWorker()
 	// Invoked as a stage (a symlink named after it), mempo is that stage.
 	if a := stageApp(filepath.Base(os.Args[0])); a != nil {
-		os.Exit(app.Main(a, os.Args))
+		os.Exit(app.Main(linked(a), os.Args))
 	}
 	a := &cli.App{
 		Name:  "mempo",
@@ -47,5 +47,5 @@ func main() {
 		},
 	}
 	app.Prepare(a)
-	os.Exit(app.Main(a, os.Args))
+	os.Exit(app.Main(linked(a), os.Args))
 }

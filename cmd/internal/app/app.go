@@ -58,15 +58,19 @@ func Command(cmd *cli.Command, fs *Flags, run cli.ActionFunc) *cli.Command {
 }
 
 // Prepare wires an app (and its subcommands): a --config flag if it has none, MEMPO_*
-// variables for every flag, flag parse errors marked ErrUsage, and exit handling left
-// to Main. A flag type Prepare does not know panics: every flag must get its
+// variables for every flag, flag parse errors marked ErrUsage, exit handling left to
+// Main, and --version (version.go) with the build's short revision as the app's
+// Version. A flag type Prepare does not know panics: every flag must get its
 // environment variable.
 func Prepare(a *cli.App) {
 	if !hasFlag(a.Flags, ConfigFlag.Name) {
 		a.Flags = append(a.Flags, Clone(ConfigFlag)...)
 	}
 	a.EnableBashCompletion = false
-	a.HideVersion = a.Version == ""
+	if a.Version == "" {
+		a.Version = ReadBuild().Short()
+	}
+	a.HideVersion = false
 	a.ExitErrHandler = func(*cli.Context, error) {} // Main maps errors to exit codes
 	a.OnUsageError = usageError
 	setEnvVars(a.Flags)
