@@ -60,5 +60,10 @@ compat=$(cat "$here/torch_compat.h" "$here/cxx.sh" | sha256sum | cut -c1-12)
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$LIBTORCH/include"
 export CGO_CXXFLAGS="-I$LIBTORCH/include -I$LIBTORCH/include/torch/csrc/api/include -D_GLIBCXX_USE_CXX11_ABI=$abi -DMEMPO_TORCH_VERSION=$ver -DMEMPO_CXX_STD=$std -DMEMPO_COMPAT=$compat -include $here/torch_compat.h -Wno-deprecated-declarations"
+# Gloo's headers for train/collective's c10d process group (build/gloo.sh); without them
+# it builds without a backend.
+if gloo=$("$here/gloo.sh") && [[ -n $gloo ]]; then
+  CGO_CXXFLAGS+=" -isystem $gloo -DMEMPO_GLOO=1"
+fi
 export CGO_LDFLAGS="$ldflags"
 exec go "$@"

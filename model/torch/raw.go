@@ -51,6 +51,9 @@ func inplace(f func(out *lib.Ctensor)) {
 	lib.AtFree(out)
 }
 
+// Pointer is the handle as C code takes it: a pointer to the at::Tensor, borrowed.
+func (r Raw) Pointer() unsafe.Pointer { return unsafe.Pointer(r.c) }
+
 // Free releases the handle; the storage goes when no other tensor views it.
 func (r Raw) Free() {
 	lib.AtFree(r.c)

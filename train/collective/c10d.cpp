@@ -1,0 +1,169 @@
+// A C face of libtorch's c10d for Go: a TCPStore rendezvous and a Gloo process group,
+// the objects torch.distributed.init_process_group("gloo", "env://") builds, and the
+// three collectives training needs. Every function returns NULL or a malloc'd message.
+//
+// build/go.sh defines MEMPO_GLOO when build/gloo.sh found Gloo's headers, which
+// ProcessGroupGloo.hpp includes and the torch wheels do not ship; without them every
+// function says so, and the package's tests skip.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#ifdef MEMPO_GLOO
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+namespace {
+
+char *message(const std::string &s) { return strdup(s.c_str()); }
+
+#ifdef MEMPO_GLOO
+// A c10::Error's what() carries a C++ backtrace; its message alone is what a user reads.
+char *message(const std::exception &e) {
+  if (auto *ce = dynamic_cast<const c10::Error *>(&e)) {
+    return message(ce->what_without_backtrace());
+  }
+  return message(std::string(e.what()));
+}
+
+struct Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::chrono::milliseconds timeout;
+};
+
+// wait runs a collective's work to its end or the group's timeout.
+void wait(Group *g, const c10::intrusive_ptr<c10d::Work> &work) {
+  work->wait(g->timeout);
+}
+#endif
+
+} // namespace
+
+extern "C" {
+
+// mempo_c10d_available is 1 when the package was built with Gloo.
+int mempo_c10d_available(void) {
+#ifdef MEMPO_GLOO
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// mempo_c10d_open joins the group of world processes as rank: rank 0 serves the
+// TCPStore at addr:port and every rank connects to it, as torchrun's env:// rendezvous
+// does; then the Gloo process group connects every pair. iface names the network
+// interface Gloo binds to ("" lets it resolve this host's name, falling back to
+// loopback), local_host the address to bind to instead ("" for none). Both the
+// rendezvous and every later collective give up after timeout_ms.
+char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int world, int64_t timeout_ms,
+                      const char *iface, const char *local_host) {
+#ifdef MEMPO_GLOO
+  try {
+    auto *g = new Group;
+    g->timeout = std::chrono::milliseconds(timeout_ms);
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(port);
+    so.isServer = rank == 0;
+    so.numWorkers = world;
+    so.waitWorkers = true;
+    so.timeout = g->timeout;
+    try {
+      g->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
+      auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
+      if (*iface) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+      } else if (*local_host) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_host));
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      opts->threads = 1;
+      g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world, opts);
+    } catch (...) {
+      delete g;
+      throw;
+    }
+    *out = g;
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
+#else
+  return message(std::string("built without Gloo's headers (build/gloo.sh could not fetch them)"));
+#endif
+}
+
+// mempo_c10d_allreduce sums t, a dense contiguous tensor, over the group, in place.
+char *mempo_c10d_allreduce(void *group, void *t) {
+#ifdef MEMPO_GLOO
+  try {
+    auto *g = static_cast<Group *>(group);
+    std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    o.timeout = g->timeout;
+    wait(g, g->pg->allreduce(ts, o));
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
+#else
+  return message(std::string("built without Gloo"));
+#endif
+}
+
+// mempo_c10d_broadcast copies root's t into every rank's t, in place.
+char *mempo_c10d_broadcast(void *group, void *t, int root) {
+#ifdef MEMPO_GLOO
+  try {
+    auto *g = static_cast<Group *>(group);
+    std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = g->timeout;
+    wait(g, g->pg->broadcast(ts, o));
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
+#else
+  return message(std::string("built without Gloo"));
+#endif
+}
+
+// mempo_c10d_barrier returns once every rank has entered it.
+char *mempo_c10d_barrier(void *group) {
+#ifdef MEMPO_GLOO
+  try {
+    auto *g = static_cast<Group *>(group);
+    c10d::BarrierOptions o;
+    o.timeout = g->timeout;
+    wait(g, g->pg->barrier(o));
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
+#else
+  return message(std::string("built without Gloo"));
+#endif
+}
+
+// mempo_c10d_close frees the group: its connections and, on rank 0, the store's server.
+void mempo_c10d_close(void *group) {
+#ifdef MEMPO_GLOO
+  delete static_cast<Group *>(group);
+#endif
+}
+
+} // extern "C"
