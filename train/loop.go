@@ -82,6 +82,11 @@ type Loop[M Metric] struct {
 	// Write, when set, writes the stage's own files into the checkpoint directory
 	// (SFT's oracle.jsonl).
 	Write func(dir string) error
+	// Group, when set, is the process group of a run trained by several ranks (see
+	// Collective): every rank runs the loop with the same settings, rank 0 alone takes
+	// the lock, snapshots and commits, the others follow its cache check, resume point
+	// and weights, and every rank's Step sums gradients across the group.
+	Group Collective
 }
 
 // Result says what a training run did.
@@ -90,7 +95,9 @@ type Result struct {
 	Key     jobs.Key
 	Hit     bool // Dir already was this exact checkpoint
 	Resumed int  // steps taken from an interrupted run's snapshot
-	State   *jobs.TrainerState
+	// State is the checkpoint's trainer state; nil on a rank other than 0, which
+	// wrote nothing.
+	State *jobs.TrainerState
 }
 
 // Option sets a runtime knob of a training run that does not change its output.
@@ -152,14 +159,19 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 		return nil, fmt.Errorf("%s: encode config: %w", l.Stage, err)
 	}
 	key := jobs.KeySpec{Stage: l.Stage, Schema: jobs.CheckpointSchema, Config: conf, Inputs: l.Inputs, Seed: spec.Seed}.Key(spec.KeyDebug)
-	art, hit, err := jobs.Begin(spec, key)
+	art, hit, err := l.begin(spec, key)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
-	if hit != nil {
+	if hit && !l.lead() {
+		return &Result{Dir: spec.Out, Key: key, Hit: true}, nil
+	}
+	if hit {
 		return l.hit(spec, key)
 	}
-	defer art.Release()
+	if art != nil {
+		defer art.Release()
+	}
 	plan, err := l.Prepare(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
@@ -175,11 +187,78 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 	if err := r.train(ctx); err != nil {
 		return nil, err
 	}
+	if !l.lead() {
+		return l.follow(spec, key)
+	}
 	st, err := r.commit(conf)
+	if l.Group != nil {
+		if _, serr := ShareInts(l.Group, []int64{status(err == nil, false)}); err == nil {
+			err = serr
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
 	return &Result{Dir: spec.Out, Key: key, Resumed: r.snap.Step, State: st}, nil
+}
+
+// lead reports whether this process writes the output: the only one, or rank 0.
+func (l Loop[M]) lead() bool { return l.Group == nil || l.Group.Rank() == 0 }
+
+// Rank 0's word to the other ranks at the start and the end of a run.
+const (
+	rankOK = iota
+	rankHit
+	rankFailed
+)
+
+func status(ok, hit bool) int64 {
+	switch {
+	case !ok:
+		return rankFailed
+	case hit:
+		return rankHit
+	}
+	return rankOK
+}
+
+// begin keys the output and takes its lock (jobs.Begin) on the lead; in a group, rank 0
+// then tells the others whether it hit the cache or failed, and only rank 0 holds an
+// artifact.
+func (l Loop[M]) begin(spec jobs.Spec, key jobs.Key) (art *jobs.Artifact, hit bool, err error) {
+	if l.lead() {
+		var h *jobs.Commit
+		art, h, err = jobs.Begin(spec, key)
+		hit = h != nil
+	}
+	if l.Group == nil {
+		return art, hit, err
+	}
+	word, serr := ShareInts(l.Group, []int64{status(err == nil, hit)})
+	switch {
+	case err != nil:
+		return nil, false, err
+	case serr != nil:
+		if art != nil {
+			art.Release()
+		}
+		return nil, false, serr
+	case word[0] == rankFailed:
+		return nil, false, fmt.Errorf("rank 0 could not begin %s; its log says why", spec.Out)
+	}
+	return art, word[0] == rankHit, nil
+}
+
+// follow waits, on a rank other than 0, for rank 0 to commit the checkpoint.
+func (l Loop[M]) follow(spec jobs.Spec, key jobs.Key) (*Result, error) {
+	word, err := ShareInts(l.Group, []int64{0})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Stage, err)
+	}
+	if word[0] != rankOK {
+		return nil, fmt.Errorf("%s: rank 0 could not commit %s; its log says why", l.Stage, spec.Out)
+	}
+	return &Result{Dir: spec.Out, Key: key}, nil
 }
 
 // checkMemory prints the memory estimate of the plan and checks it against avail bytes,
@@ -248,7 +327,9 @@ func (r *run[M]) drop() {
 // runs Start on a fresh run, and builds the optimizer with its state.
 func (r *run[M]) load() (err error) {
 	n := len(r.plan.Epoch)
-	r.snap, r.resumed = r.art.LoadSnapshot(&r.cur)
+	if r.art != nil {
+		r.snap, r.resumed = r.art.LoadSnapshot(&r.cur)
+	}
 	if r.resumed && (r.cur.Done != r.snap.Step || r.cur.Done > n || len(r.cur.Metrics) != r.cur.Done) {
 		r.spec.Log.Warn("ignoring inconsistent snapshot; starting over", "dir", r.snap.Dir, "done", r.cur.Done, "plan", n)
 		r.resumed, r.cur, r.snap = false, cursor[M]{}, jobs.Snapshot{}
@@ -267,7 +348,7 @@ func (r *run[M]) load() (err error) {
 			return fmt.Errorf("policy: %w", err)
 		}
 	}
-	if !r.resumed && r.Start != nil {
+	if !r.resumed && r.Start != nil && r.lead() {
 		if r.cur.Start, err = r.Start(r.m); err != nil {
 			return err
 		}
@@ -290,10 +371,29 @@ func (r *run[M]) load() (err error) {
 	if err := r.adam.LendGrads(); err != nil {
 		return err
 	}
+	if r.Group != nil {
+		if err := r.follow0(); err != nil {
+			return err
+		}
+	}
 	if r.resumed {
 		r.spec.Log.Info("resuming", "dir", r.art.Tmp, "done", r.cur.Done, "of", n, "unit", r.Units)
 	}
 	return nil
+}
+
+// follow0 makes every rank start where rank 0 does: its resume point, weights and
+// optimizer state.
+func (r *run[M]) follow0() error {
+	done, err := ShareInts(r.Group, []int64{int64(r.cur.Done)})
+	if err != nil {
+		return err
+	}
+	if !r.lead() {
+		r.cur.Done = int(done[0])
+		r.cur.Metrics = make([]M, r.cur.Done) // rank 0 keeps the real ones
+	}
+	return r.adam.BroadcastState(r.Group)
 }
 
 // Trainable marks every weight of m as a leaf that accumulates gradients and returns
@@ -353,6 +453,9 @@ func (r *run[M]) train(ctx context.Context) error {
 	progress.Skip(int64(r.cur.Done), 0)
 	for k := r.cur.Done; k < n; k++ {
 		if err := ctx.Err(); err != nil {
+			if r.art == nil {
+				return fmt.Errorf("%s: %s %d: %w", r.Stage, r.Unit, k+1, err)
+			}
 			return fmt.Errorf("%s: %s %d: %w (finished %s are kept in %s)", r.Stage, r.Unit, k+1, err, r.Units, r.art.Tmp)
 		}
 		met, err := r.Step(k, r.m, r.adam)
@@ -363,7 +466,7 @@ func (r *run[M]) train(ctx context.Context) error {
 		r.cur.Done, r.cur.Metrics = k+1, append(r.cur.Metrics, met)
 		seqs, tokens := met.Size()
 		progress.Add(1, int64(seqs), int64(tokens))
-		if !snapshotDue(r.plan.Epoch, k, r.every) {
+		if r.art == nil || !snapshotDue(r.plan.Epoch, k, r.every) {
 			continue
 		}
 		if err := r.art.SaveSnapshot(r.cur.Done, r.saveState, r.cur); err != nil {

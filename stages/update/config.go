@@ -80,6 +80,15 @@ type Config struct {
 	// tokens. Keyed, since the gradients equal one process's only to float rounding; 0
 	// and 1 train in one process, and key as before.
 	Procs int `json:"procs,omitempty"`
+	// WorldSize is how many ranks train together, each a process of this command that a
+	// launcher started (torchrun, srun, a Kubernetes Job) in a process group (Group):
+	// every rank runs its share of each mini-batch's micro-batches, dealt by tokens as
+	// Procs deals them, and the ranks sum their gradients. Keyed as Procs is; 0 and 1
+	// train alone.
+	WorldSize int `json:"world_size,omitempty"`
+	// Group is this process's membership of the WorldSize ranks (train/collective);
+	// required when WorldSize > 1.
+	Group train.Collective `json:"-"`
 }
 
 // DefaultConfig is the paper's setting (DESIGN.md §7): verl's objective, AdamW at LR
@@ -123,6 +132,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
 	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
 		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
+	case c.WorldSize < 0:
+		return fmt.Errorf("--world-size %d: want >= 1 (0: 1): %w", c.WorldSize, ErrConfig)
+	case c.WorldSize > 1 && c.Procs > 1:
+		return fmt.Errorf("--world-size %d with --procs %d: train with ranks a launcher starts or with local processes, not both: %w", c.WorldSize, c.Procs, ErrConfig)
+	case c.WorldSize > 1 && c.Group == nil:
+		return fmt.Errorf("--world-size %d without a process group: %w", c.WorldSize, ErrConfig)
+	case c.Group != nil && c.Group.World() != max(c.WorldSize, 1):
+		return fmt.Errorf("--world-size %d, but the rendezvous formed a group of %d ranks: %w", c.WorldSize, c.Group.World(), ErrConfig)
 	}
 	return nil
 }

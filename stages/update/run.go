@@ -76,15 +76,15 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
 		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
-		Continue: true,
-		Prepare:  r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
+		Continue: true, Group: ranks(cfg),
+		Prepare: r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
 		Finish: func(_ *qwen2.Model, _ map[string]float64, mets []Metric) (map[string]float64, error) {
 			return summary(mets), nil
 		},
 	}
 	defer r.close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(1)}, opt...)...)
-	if err != nil || res.Hit {
+	if err != nil || res.Hit || res.State == nil { // no State: a rank that wrote nothing
 		return res, err
 	}
 	fmt.Fprintf(spec.Stdout, "update: wrote %s (%d mini-batches, %d resumed, step %d, pg_loss %.4g, kl %.4g)\n",
@@ -105,6 +105,15 @@ type run struct {
 	// group runs the micro-batches across Config.Procs processes; started by the
 	// first step.
 	group *dataparallel.Group
+}
+
+// ranks is the process group the loop shares its work with: cfg.Group when it has
+// other ranks.
+func ranks(cfg Config) train.Collective {
+	if cfg.WorldSize > 1 {
+		return cfg.Group
+	}
+	return nil
 }
 
 // close ends the processes of the group, if any.
@@ -217,7 +226,12 @@ func step(pass train.PPOStep, group *dataparallel.Group, adam *train.AdamW, samp
 		}
 	}
 	var st train.Stats
-	if group != nil {
+	if c := ranks(cfg); c != nil {
+		if st, err = rankShare(pass, c, adam, samples, micros, batches, div); err != nil {
+			adam.ZeroGrad()
+			return Metric{}, err
+		}
+	} else if group != nil {
 		if st, err = group.Micros(batches, div); err != nil {
 			adam.ZeroGrad()
 			return Metric{}, fmt.Errorf("%d micro-batches across %d processes: %w", len(micros), cfg.Procs, err)
@@ -248,6 +262,32 @@ func step(pass train.PPOStep, group *dataparallel.Group, adam *train.AdamW, samp
 		met.TokensPerS = float64(st.Tokens) / sec
 	}
 	return met, nil
+}
+
+// rankShare runs this rank's share of a mini-batch's micro-batches, dealt among the
+// ranks by tokens as a local group deals them, sums the gradients across the ranks and
+// returns the stats of the whole mini-batch.
+func rankShare(pass train.PPOStep, c train.Collective, adam *train.AdamW, samples []Sample, micros [][]int, batches [][]*train.Sequence, div float64) (train.Stats, error) {
+	costs := make([]int, len(batches))
+	for j, b := range batches {
+		for _, s := range b {
+			costs[j] += s.Len()
+		}
+	}
+	var st train.Stats
+	for _, j := range dataparallel.Split(costs, c.World())[c.Rank()] {
+		s, err := pass.Micro(batches[j], div)
+		if err != nil {
+			first := samples[micros[j][0]]
+			return st, fmt.Errorf("micro-batch %d of %d (first sample uid %s sample %d turn %d) on rank %d: %w",
+				j+1, len(micros), first.UID, first.Sample, first.Turn, c.Rank(), err)
+		}
+		st = st.Merge(s)
+	}
+	if err := adam.ReduceGrads(c); err != nil {
+		return st, err
+	}
+	return train.GatherStats(c, st)
 }
 
 // fits checks that every sample is within the model's context and vocabulary, naming

@@ -18,6 +18,7 @@
 #define USE_C10D_GLOO 1
 #endif
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
@@ -61,25 +62,30 @@ int mempo_c10d_available(void) {
 }
 
 // mempo_c10d_open joins the group of world processes as rank: rank 0 serves the
-// TCPStore at addr:port and every rank connects to it, as torchrun's env:// rendezvous
-// does; then the Gloo process group connects every pair. iface names the network
-// interface Gloo binds to ("" lets it resolve this host's name, falling back to
+// TCPStore at addr:port and every rank connects to it, as torch.distributed's env://
+// rendezvous does; then the Gloo process group connects every pair. Under torchrun's
+// agent (attempt >= 0) the agent serves the store and every rank is its client, under
+// the key prefix of this attempt, as torch.distributed does there. iface names the
+// network interface Gloo binds to ("" lets it resolve this host's name, falling back to
 // loopback), local_host the address to bind to instead ("" for none). Both the
 // rendezvous and every later collective give up after timeout_ms.
 char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int world, int64_t timeout_ms,
-                      const char *iface, const char *local_host) {
+                      const char *iface, const char *local_host, int attempt) {
 #ifdef MEMPO_GLOO
   try {
     auto *g = new Group;
     g->timeout = std::chrono::milliseconds(timeout_ms);
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(port);
-    so.isServer = rank == 0;
+    so.isServer = rank == 0 && attempt < 0;
     so.numWorkers = world;
-    so.waitWorkers = true;
+    so.waitWorkers = attempt < 0;
     so.timeout = g->timeout;
     try {
       g->store = c10::make_intrusive<c10d::TCPStore>(std::string(addr), so);
+      if (attempt >= 0) {
+        g->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(attempt), g->store);
+      }
       auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
       if (*iface) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));

@@ -12,7 +12,7 @@ package collective
 // #include <stdint.h>
 // #include <stdlib.h>
 // int mempo_c10d_available(void);
-// char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int world, int64_t timeout_ms, const char *iface, const char *local_host);
+// char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int world, int64_t timeout_ms, const char *iface, const char *local_host, int attempt);
 // char *mempo_c10d_allreduce(void *group, void *t);
 // char *mempo_c10d_broadcast(void *group, void *t, int root);
 // char *mempo_c10d_barrier(void *group);
@@ -55,6 +55,11 @@ type Config struct {
 	// torch.distributed reads it); empty binds to the address this host's name
 	// resolves to, or to loopback when Addr is a loopback address.
 	Iface string
+	// Agent says torchrun's agent serves the TCPStore (TORCHELASTIC_USE_AGENT_STORE):
+	// every rank is a client, its keys under the prefix of the agent's Attempt
+	// (TORCHELASTIC_RESTART_COUNT). Otherwise rank 0 serves it.
+	Agent   bool
+	Attempt int
 }
 
 // The variables torchrun (and torch.distributed's env:// rendezvous) set.
@@ -64,6 +69,9 @@ const (
 	EnvRank  = "RANK"
 	EnvWorld = "WORLD_SIZE"
 	EnvIface = "GLOO_SOCKET_IFNAME"
+	// torchrun's agent serves the store itself and says so, with its restart count.
+	EnvAgentStore = "TORCHELASTIC_USE_AGENT_STORE"
+	EnvRestarts   = "TORCHELASTIC_RESTART_COUNT"
 )
 
 // FromEnv reads the rendezvous torchrun sets up, through getenv; ok is false when
@@ -84,6 +92,13 @@ func FromEnv(getenv func(string) string) (cfg Config, ok bool, err error) {
 	if p := getenv(EnvPort); p != "" {
 		if cfg.Port, err = strconv.Atoi(p); err != nil {
 			return cfg, true, fmt.Errorf("%s=%q: not a number: %w", EnvPort, p, ErrConfig)
+		}
+	}
+	if cfg.Agent = getenv(EnvAgentStore) == "True"; cfg.Agent {
+		if n := getenv(EnvRestarts); n != "" {
+			if cfg.Attempt, err = strconv.Atoi(n); err != nil {
+				return cfg, true, fmt.Errorf("%s=%q: not a number: %w", EnvRestarts, n, ErrConfig)
+			}
 		}
 	}
 	return cfg, true, cfg.check()
@@ -132,9 +147,13 @@ func Open(cfg Config) (*Group, error) {
 	defer C.free(unsafe.Pointer(addr))
 	defer C.free(unsafe.Pointer(iface))
 	defer C.free(unsafe.Pointer(lh))
+	attempt := -1 // rank 0 serves the store
+	if cfg.Agent {
+		attempt = cfg.Attempt
+	}
 	err := g.call("rendezvous", func() *C.char {
 		return C.mempo_c10d_open(&g.c, addr, C.int(cfg.Port), C.int(cfg.Rank), C.int(cfg.World),
-			C.int64_t(cfg.Timeout.Milliseconds()), iface, lh)
+			C.int64_t(cfg.Timeout.Milliseconds()), iface, lh, C.int(attempt))
 	})
 	if err != nil {
 		return nil, err

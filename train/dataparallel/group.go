@@ -215,7 +215,7 @@ func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err erro
 	for i, e := range batch {
 		costs[i] = len(e.Context) + len(e.Response)
 	}
-	shares := split(costs, len(g.workers)+1)
+	shares := Split(costs, len(g.workers)+1)
 	pairs := func(share []int) []qwen2.Pair {
 		out := make([]qwen2.Pair, len(share))
 		for i, j := range share {
@@ -257,7 +257,7 @@ func (g *Group) Micros(micros [][]*train.Sequence, divisor float64) (st train.St
 			costs[i] += s.Len()
 		}
 	}
-	shares := split(costs, len(g.workers)+1)
+	shares := Split(costs, len(g.workers)+1)
 	jobs := make([]*work, len(g.workers))
 	for k := range jobs {
 		if len(shares[k+1]) == 0 {

@@ -5,14 +5,14 @@ import (
 	"slices"
 )
 
-// split deals items of the given costs into at most parts shares of about equal total
+// Split deals items of the given costs into at most parts shares of about equal total
 // cost, each share's items in their order: the costliest item first, each to the
 // share with the least cost so far (the lowest such share on a tie), so shares differ
 // by at most about one item's cost, where cutting the batch into contiguous runs
 // leaves up to an item's cost on either side of every cut. Every share but the
 // first may be empty when there are fewer items than parts; the first is not unless
 // there are no items. The deal depends on the costs alone.
-func split(costs []int, parts int) [][]int {
+func Split(costs []int, parts int) [][]int {
 	parts = max(parts, 1)
 	order := make([]int, len(costs))
 	for i := range order {

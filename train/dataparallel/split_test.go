@@ -22,8 +22,8 @@ func TestSplit(t *testing.T) {
 		{[]int{7}, 2, [][]int{{0}, nil}},
 		{[]int{3, 3, 3}, 1, [][]int{{0, 1, 2}}},
 	} {
-		if got := split(c.costs, c.parts); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("split(%v, %d) = %v, want %v", c.costs, c.parts, got, c.want)
+		if got := Split(c.costs, c.parts); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Split(%v, %d) = %v, want %v", c.costs, c.parts, got, c.want)
 		}
 	}
 }
@@ -39,7 +39,7 @@ func TestSplitBalance(t *testing.T) {
 			costs[i] = 50 + rng.IntN(450)
 		}
 		parts := 2 + rng.IntN(3)
-		shares := split(costs, parts)
+		shares := Split(costs, parts)
 		var seen []int
 		lo, hi := -1, 0
 		for _, s := range shares {
@@ -59,10 +59,10 @@ func TestSplitBalance(t *testing.T) {
 			all[i] = i
 		}
 		if !slices.Equal(seen, all) {
-			t.Fatalf("split(%v, %d) = %v: not every item once", costs, parts, shares)
+			t.Fatalf("Split(%v, %d) = %v: not every item once", costs, parts, shares)
 		}
 		if hi-lo > slices.Max(costs) {
-			t.Errorf("split(%v, %d): shares cost %d to %d, more than an item apart", costs, parts, lo, hi)
+			t.Errorf("Split(%v, %d): shares cost %d to %d, more than an item apart", costs, parts, lo, hi)
 		}
 	}
 }

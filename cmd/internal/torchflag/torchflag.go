@@ -6,8 +6,10 @@ package torchflag
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/collective"
 )
 
 // Runtime binds the runtime flags of a command that loads a policy: --device, --dtype,
@@ -141,3 +144,55 @@ func Memory(checkpoint *bool, gib *float64) []app.Flag {
 
 // Bytes converts a --device-memory value in GiB to bytes.
 func Bytes(gib float64) int64 { return int64(gib * (1 << 30)) }
+
+// Ranks binds the flags of a training command run as several ranks: --world-size to
+// the stage's WorldSize field (keyed: the sums differ from one process's in the last
+// bits) and --dist-timeout, no config field, to *timeout.
+func Ranks(world *int, timeout *time.Duration) []app.Flag {
+	return []app.Flag{
+		app.Int(world, cli.IntFlag{Name: "world-size", Category: "Runtime",
+			Usage: "train as one of `N` ranks that a launcher started (torchrun, srun, a Kubernetes Job), data parallel over libtorch's c10d (TCPStore rendezvous at " +
+				"MASTER_ADDR:MASTER_PORT, this process's RANK, Gloo): each rank runs its share of every step, the ranks sum their gradients, rank 0 writes the checkpoint. " +
+				"0: the launcher's WORLD_SIZE, else 1; a value that differs from WORLD_SIZE is refused. Part of the cache key"}).Check(app.AtLeast(world, 0)),
+		app.Text(timeout, cli.StringFlag{Name: "dist-timeout", Category: "Runtime", Value: "10m",
+			Usage: "how long the rendezvous, and any step's exchange of gradients, waits for every rank: a rank that died or hangs fails the step on all ranks after it (a Go `DURATION`)"},
+			parsePositiveDuration),
+	}
+}
+
+func parsePositiveDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("want > 0")
+	}
+	return d, err
+}
+
+// JoinRanks joins the process group of the ranks a launcher started, as its variables
+// (collective.FromEnv) describe them, for a command configured for world ranks (0: the
+// launcher's count). It returns the world size to train with and the group, nil for a
+// process alone. A count the launcher contradicts is refused before any work; the
+// caller closes the group.
+func JoinRanks(world int, timeout time.Duration) (int, *collective.Group, error) {
+	cfg, launched, err := collective.FromEnv(os.Getenv)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the launcher's rendezvous: %w", err)
+	}
+	switch {
+	case !launched && world > 1:
+		return 0, nil, fmt.Errorf("--world-size %d, but no launcher set %s, %s and %s (start the ranks with torchrun, srun or a Job that sets them): %w",
+			world, collective.EnvWorld, collective.EnvRank, collective.EnvAddr, collective.ErrConfig)
+	case !launched:
+		return max(world, 1), nil, nil
+	case world != 0 && world != cfg.World:
+		return 0, nil, fmt.Errorf("--world-size %d, but the launcher started %s=%d ranks: %w", world, collective.EnvWorld, cfg.World, collective.ErrConfig)
+	case cfg.World == 1:
+		return 1, nil, nil
+	}
+	cfg.Timeout = timeout
+	g, err := collective.Open(cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	return cfg.World, g, nil
+}

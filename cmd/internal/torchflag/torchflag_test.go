@@ -1,16 +1,19 @@
 package torchflag
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/train/collective"
 )
 
 // TestAttentionFlag: --attention takes auto, eager and sdpa from the command line or
@@ -91,6 +94,49 @@ func TestDeviceRefusedAtFlagTime(t *testing.T) {
 			}
 			if ran != (tt.code == app.ExitOK) {
 				t.Errorf("stage %q: action ran = %v, want %v", tt.args, ran, tt.code == app.ExitOK)
+			}
+		})
+	}
+}
+
+// TestJoinRanks: a --world-size the launcher's variables contradict, or that no launcher
+// backs, is refused before any rendezvous; without a launcher a process trains alone,
+// and under one of WORLD_SIZE=1 too.
+func TestJoinRanks(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		env   map[string]string
+		world int
+		want  int
+		bad   bool
+	}{
+		{"alone", nil, 0, 1, false},
+		{"alone, --world-size 1", nil, 1, 1, false},
+		{"--world-size 2 without a launcher", nil, 2, 0, true},
+		{"a launcher of one", map[string]string{"WORLD_SIZE": "1", "RANK": "0"}, 0, 1, false},
+		{"--world-size 2 under WORLD_SIZE=3", map[string]string{"WORLD_SIZE": "3", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}, 2, 0, true},
+		{"RANK outside the world", map[string]string{"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1"}, 0, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"} {
+				t.Setenv(k, tt.env[k])
+				if tt.env[k] == "" {
+					os.Unsetenv(k)
+				}
+			}
+			world, g, err := JoinRanks(tt.world, time.Second)
+			if g != nil {
+				g.Close()
+				t.Fatal("JoinRanks opened a group")
+			}
+			if tt.bad {
+				if !errors.Is(err, collective.ErrConfig) {
+					t.Errorf("JoinRanks(%d) = %d, %v; want collective.ErrConfig", tt.world, world, err)
+				}
+				return
+			}
+			if err != nil || world != tt.want {
+				t.Errorf("JoinRanks(%d) = %d, %v; want %d", tt.world, world, err, tt.want)
 			}
 		})
 	}

@@ -6,14 +6,18 @@
 package update
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
+	"github.com/mempo/mempo/jobs"
 	stage "github.com/mempo/mempo/stages/update"
 	"github.com/mempo/mempo/train"
+	"github.com/mempo/mempo/train/collective"
 	"github.com/mempo/mempo/train/ppo"
 )
 
@@ -34,6 +38,8 @@ type command struct {
 	snapshotEvery int
 	// deviceMemory is --device-memory, in GiB.
 	deviceMemory float64
+	// distTimeout is --dist-timeout: how long the ranks wait for one another.
+	distTimeout time.Duration
 }
 
 func (cmd *command) flags() *app.Flags {
@@ -59,7 +65,8 @@ func (cmd *command) flags() *app.Flags {
 		app.Bool(&cfg.SharePrefixes, cli.BoolFlag{Name: "share-prefixes", Category: "Batching", Usage: "compute the context prefixes a micro-batch's samples share (a group's prompt, an earlier turn a context repeats) once per pass, with micro-batches cut in context order; gradients equal the unshared pass's to float rounding (not with --grad-checkpoint)"}),
 		app.Int(&cfg.Procs, cli.IntFlag{Name: "procs", Category: "Runtime", Usage: "train with `N` processes on the CPU, each with --threads threads: every mini-batch's micro-batches are dealt among them by tokens and their gradients added up (data parallel). On a small model two one-thread processes outrun one two-thread process; the result equals one process's to float rounding, so N is part of the cache key; 0 or 1: one process"}).Check(app.AtLeast(&cfg.Procs, 0)),
 		app.Int(&cmd.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "save a resumable snapshot after every `N` mini-batches and at each epoch's end; 0: at epoch ends only (a killed update resumes from the last one)"}).Check(app.AtLeast(&cmd.snapshotEvery, 0)),
-	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory))
+	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), torchflag.Memory(&cfg.GradCheckpoint, &cmd.deviceMemory),
+		torchflag.Ranks(&cfg.WorldSize, &cmd.distTimeout))
 }
 
 // outFlag is the stage's --out, a checkpoint rather than a dataset.
@@ -72,6 +79,24 @@ func (cmd *command) run(c *cli.Context) error {
 	}
 	if !spec.Part.Whole() {
 		return app.Usage(fmt.Errorf("array job index %s: an update is one optimizer process and takes no part of a shard plan", spec.Part))
+	}
+	world, group, err := torchflag.JoinRanks(cmd.cfg.WorldSize, cmd.distTimeout)
+	if errors.Is(err, collective.ErrConfig) {
+		return app.Usage(err)
+	}
+	if err != nil {
+		return err
+	}
+	if group != nil {
+		defer group.Close()
+		cmd.cfg.Group = group
+		if group.Rank() != 0 {
+			spec.Board = jobs.Board{} // rank 0's metrics are the run's
+		}
+	}
+	cmd.cfg.WorldSize = world
+	if world == 1 {
+		cmd.cfg.WorldSize = 0 // one process keys as it always has
 	}
 	if err := cmd.cfg.Validate(); err != nil {
 		return app.Usage(err)
