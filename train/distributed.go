@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+
 	"github.com/sugarme/gotch"
 
 	"github.com/mempo/mempo/model/torch"
@@ -119,4 +121,29 @@ func GatherStats(c Collective, s Stats) (Stats, error) {
 			KL: r[5], Entropy: r[6], Total: r[7]})
 	}
 	return out, nil
+}
+
+// CheckRanks checks a training stage's --world-size against its --procs and the group
+// the rendezvous formed, wrapping errors in class (the stage's ErrConfig).
+func CheckRanks(world, procs int, c Collective, class error) error {
+	switch {
+	case world < 0:
+		return fmt.Errorf("--world-size %d: want >= 1 (0: 1): %w", world, class)
+	case world > 1 && procs > 1:
+		return fmt.Errorf("--world-size %d with --procs %d: train with ranks a launcher starts or with local processes, not both: %w", world, procs, class)
+	case world > 1 && c == nil:
+		return fmt.Errorf("--world-size %d without a process group: %w", world, class)
+	case c != nil && c.World() != max(world, 1):
+		return fmt.Errorf("--world-size %d, but the rendezvous formed a group of %d ranks: %w", world, c.World(), class)
+	}
+	return nil
+}
+
+// Ranks is the group a stage configured for world ranks shares its work with: c when
+// there are others, else nil.
+func Ranks(world int, c Collective) Collective {
+	if world > 1 {
+		return c
+	}
+	return nil
 }

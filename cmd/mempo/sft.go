@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,6 +21,8 @@ type sftCmd struct {
 	snapshotEvery int
 	// deviceMemory is --device-memory, in GiB.
 	deviceMemory float64
+	// distTimeout is --dist-timeout: how long the ranks wait for one another.
+	distTimeout time.Duration
 }
 
 func sftCommand() *cli.Command {
@@ -64,7 +67,8 @@ func (s *sftCmd) flags() *app.Flags {
 		app.Enum(&cfg.Schedule, cli.StringFlag{Name: "schedule", Category: "Optimizer", Usage: "LR after warm-up: constant, or linear (decay to 0 at the last step)"}, nil),
 		app.Int(&cfg.Procs, cli.IntFlag{Name: "procs", Category: "Runtime", Usage: "train with `N` processes on the CPU, each with --threads threads: every step's batch is dealt into N shares of about equal tokens whose gradients are added up (data parallel). On a small model two one-thread processes outrun one two-thread process; the result equals one process's to float rounding, so N is part of the cache key; 0 or 1: one process"}).Check(app.AtLeast(&cfg.Procs, 0)),
 		app.Int(&s.snapshotEvery, cli.IntFlag{Name: "snapshot-every", Category: "Runtime", Usage: "also save a resumable snapshot every `N` steps; 0: at each epoch's end only"}).Check(app.AtLeast(&s.snapshotEvery, 0)),
-	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), torchflag.Memory(&cfg.GradCheckpoint, &s.deviceMemory))
+	}, torchflag.AdamW(&cfg.AdamW), torchflag.Runtime(&cfg.Device, &cfg.DType, &cfg.Attention), torchflag.Memory(&cfg.GradCheckpoint, &s.deviceMemory),
+		torchflag.Ranks(&cfg.WorldSize, &s.distTimeout))
 }
 
 // sftOutFlag is sft's --out, a checkpoint rather than a dataset.
@@ -78,6 +82,12 @@ func (s *sftCmd) run(c *cli.Context) error {
 	if !spec.Part.Whole() {
 		return app.Usage(fmt.Errorf("array job index %s: sft is one training process and takes no part of a shard plan", spec.Part))
 	}
+	group, leave, err := torchflag.Join(&s.cfg.WorldSize, s.distTimeout, &spec)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	s.cfg.Group = group
 	if err := s.cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}

@@ -97,6 +97,14 @@ type Config struct {
 	// tokens, one per process. Keyed, since the gradients equal one process's only to
 	// float rounding; 0 and 1 train in one process, and key as before.
 	Procs int `json:"procs,omitempty"`
+	// WorldSize is how many ranks train together, each a process of this command that a
+	// launcher started in a process group (Group): every rank runs its share of each
+	// step's batch, dealt by tokens as Procs deals it, and the ranks sum their
+	// gradients. Keyed as Procs is; 0 and 1 train alone.
+	WorldSize int `json:"world_size,omitempty"`
+	// Group is this process's membership of the WorldSize ranks (train/collective);
+	// required when WorldSize > 1.
+	Group train.Collective `json:"-"`
 }
 
 // DefaultConfig clones the demo's oracle (it forgets a fact with probability 0.2 and
@@ -152,7 +160,7 @@ func (c Config) Validate() error {
 	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
 		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
 	}
-	return nil
+	return train.CheckRanks(c.WorldSize, c.Procs, c.Group, ErrConfig)
 }
 
 // lrAt is the LR of optimizer step k (from 1) of total: linear warm-up from 0 over

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
+	if os.Getenv(rankEnv) != "" {
+		os.Exit(rankMain())
+	}
 	os.Exit(m.Run())
 }
 

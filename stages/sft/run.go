@@ -86,11 +86,11 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
 		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
-		Memory: r.memory, BatchFlag: "--batch-tokens",
+		Memory: r.memory, BatchFlag: "--batch-tokens", Group: train.Ranks(cfg.WorldSize, cfg.Group),
 	}
 	defer r.close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(0)}, opt...)...)
-	if err != nil || res.Hit {
+	if err != nil || res.Hit || res.State == nil { // no State: a rank that wrote nothing
 		return res, err
 	}
 	fmt.Fprintf(spec.Stdout, "sft: wrote %s (%d trajectories, %d turns, %d steps, held-out loss %.4f → %.4f)\n",
@@ -293,7 +293,9 @@ func (r *run) allThreads() (restore func()) {
 // process, or across the group's (started here at the first step).
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	var pass passes = r.nll(m)
-	if r.cfg.Procs > 1 {
+	if c := train.Ranks(r.cfg.WorldSize, r.cfg.Group); c != nil {
+		pass = rankPasses{nll: r.nll(m), c: c, adam: adam}
+	} else if r.cfg.Procs > 1 {
 		if r.group == nil {
 			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
 				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType, Attention: r.cfg.Attention}, Log: r.log})
@@ -311,6 +313,44 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 // dataparallel.Group across several.
 type passes interface {
 	Backward(batch []qwen2.Pair) (loss float64, tokens int, err error)
+}
+
+// rankPasses runs this rank's share of a batch, dealt among the ranks by tokens as a
+// local group deals it, with the whole batch's totals, and sums the gradients, losses
+// and tokens across the ranks.
+type rankPasses struct {
+	nll  train.NLLStep
+	c    train.Collective
+	adam *train.AdamW
+}
+
+func (p rankPasses) Backward(batch []qwen2.Pair) (float64, int, error) {
+	costs := make([]int, len(batch))
+	for i, e := range batch {
+		costs[i] = len(e.Context) + len(e.Response)
+	}
+	share := dataparallel.Split(costs, p.c.World())[p.c.Rank()]
+	part := make([]qwen2.Pair, len(share))
+	for i, j := range share {
+		part[i] = batch[j]
+	}
+	loss, tokens, err := p.nll.BackwardPart(part, p.nll.Totals(batch))
+	if err != nil {
+		return 0, 0, fmt.Errorf("rank %d: %w", p.c.Rank(), err)
+	}
+	if err := p.adam.ReduceGrads(p.c); err != nil {
+		return 0, 0, err
+	}
+	rows, err := train.GatherFloats(p.c, []float64{loss, float64(tokens)})
+	if err != nil {
+		return 0, 0, err
+	}
+	loss, tokens = 0, 0
+	for _, r := range rows {
+		loss += r[0]
+		tokens += int(r[1])
+	}
+	return loss, tokens, nil
 }
 
 // finish measures the held-out loss after training and sums the run up.

@@ -132,14 +132,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
 	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
 		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
-	case c.WorldSize < 0:
-		return fmt.Errorf("--world-size %d: want >= 1 (0: 1): %w", c.WorldSize, ErrConfig)
-	case c.WorldSize > 1 && c.Procs > 1:
-		return fmt.Errorf("--world-size %d with --procs %d: train with ranks a launcher starts or with local processes, not both: %w", c.WorldSize, c.Procs, ErrConfig)
-	case c.WorldSize > 1 && c.Group == nil:
-		return fmt.Errorf("--world-size %d without a process group: %w", c.WorldSize, ErrConfig)
-	case c.Group != nil && c.Group.World() != max(c.WorldSize, 1):
-		return fmt.Errorf("--world-size %d, but the rendezvous formed a group of %d ranks: %w", c.WorldSize, c.Group.World(), ErrConfig)
 	}
-	return nil
+	return train.CheckRanks(c.WorldSize, c.Procs, c.Group, ErrConfig)
 }

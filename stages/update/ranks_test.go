@@ -1,25 +1,20 @@
 package update
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
-	"github.com/mempo/mempo/train/collective"
+	"github.com/mempo/mempo/train/collective/collectivetest"
 )
 
 // rankEnv carries a rank's arguments: the test binary re-executed as one rank of an
@@ -41,13 +36,7 @@ func rankMain() int {
 		fmt.Fprintln(os.Stderr, "rank args:", err)
 		return 3
 	}
-	gc, _, err := collective.FromEnv(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 3
-	}
-	gc.Timeout = 30 * time.Second
-	g, err := collective.Open(gc)
+	g, err := collectivetest.Join(30 * time.Second)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -70,37 +59,12 @@ func rankMain() int {
 // error and standard error.
 func launchRanks(t *testing.T, world int, a rankArgs) ([]error, []string) {
 	t.Helper()
-	if !collective.Available() {
-		t.Skip("built without Gloo's headers (build/gloo.sh could not fetch them): no collective backend")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	b, _ := json.Marshal(a)
+	ranks := collectivetest.Launch(t, world, 3*time.Minute, rankEnv+"="+string(b))
 	errs, stderrs := make([]error, world), make([]string, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), rankEnv+"="+string(b), collective.EnvAddr+"=127.0.0.1",
-			collective.EnvPort+"="+strconv.Itoa(port), collective.EnvRank+"="+strconv.Itoa(r), collective.EnvWorld+"="+strconv.Itoa(world))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			timer := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
-			errs[r] = cmd.Wait()
-			timer.Stop()
-			stderrs[r] = stderr.String()
-		}()
+	for r, rk := range ranks {
+		errs[r], stderrs[r] = rk.Err, rk.Stderr
 	}
-	wg.Wait()
 	return errs, stderrs
 }
 

@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
 		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
-		Continue: true, Group: ranks(cfg),
+		Continue: true, Group: train.Ranks(cfg.WorldSize, cfg.Group),
 		Prepare: r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
 		Finish: func(_ *qwen2.Model, _ map[string]float64, mets []Metric) (map[string]float64, error) {
 			return summary(mets), nil
@@ -105,15 +105,6 @@ type run struct {
 	// group runs the micro-batches across Config.Procs processes; started by the
 	// first step.
 	group *dataparallel.Group
-}
-
-// ranks is the process group the loop shares its work with: cfg.Group when it has
-// other ranks.
-func ranks(cfg Config) train.Collective {
-	if cfg.WorldSize > 1 {
-		return cfg.Group
-	}
-	return nil
 }
 
 // close ends the processes of the group, if any.
@@ -226,7 +217,7 @@ func step(pass train.PPOStep, group *dataparallel.Group, adam *train.AdamW, samp
 		}
 	}
 	var st train.Stats
-	if c := ranks(cfg); c != nil {
+	if c := train.Ranks(cfg.WorldSize, cfg.Group); c != nil {
 		if st, err = rankShare(pass, c, adam, samples, micros, batches, div); err != nil {
 			adam.ZeroGrad()
 			return Metric{}, err

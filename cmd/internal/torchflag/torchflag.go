@@ -5,6 +5,7 @@
 package torchflag
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
+	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
@@ -195,4 +197,30 @@ func JoinRanks(world int, timeout time.Duration) (int, *collective.Group, error)
 		return 0, nil, err
 	}
 	return cfg.World, g, nil
+}
+
+// Join joins, for a training command, the ranks a launcher started: it sets *world to
+// the count the stage keys (0 for a process alone, as before ranks existed) and returns
+// the group to hand the stage, nil alone, and its closer. A rank other than 0 logs
+// nothing to TensorBoard: rank 0's metrics are the run's. A count the launcher
+// contradicts is a usage error.
+func Join(world *int, timeout time.Duration, spec *jobs.Spec) (train.Collective, func(), error) {
+	n, g, err := JoinRanks(*world, timeout)
+	if errors.Is(err, collective.ErrConfig) {
+		return nil, nil, app.Usage(err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	*world = n
+	if n == 1 {
+		*world = 0
+	}
+	if g == nil {
+		return nil, func() {}, nil
+	}
+	if g.Rank() != 0 {
+		spec.Board = jobs.Board{}
+	}
+	return g, g.Close, nil
 }

@@ -6,7 +6,6 @@
 package update
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,10 +13,8 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/jobs"
 	stage "github.com/mempo/mempo/stages/update"
 	"github.com/mempo/mempo/train"
-	"github.com/mempo/mempo/train/collective"
 	"github.com/mempo/mempo/train/ppo"
 )
 
@@ -80,24 +77,12 @@ func (cmd *command) run(c *cli.Context) error {
 	if !spec.Part.Whole() {
 		return app.Usage(fmt.Errorf("array job index %s: an update is one optimizer process and takes no part of a shard plan", spec.Part))
 	}
-	world, group, err := torchflag.JoinRanks(cmd.cfg.WorldSize, cmd.distTimeout)
-	if errors.Is(err, collective.ErrConfig) {
-		return app.Usage(err)
-	}
+	group, leave, err := torchflag.Join(&cmd.cfg.WorldSize, cmd.distTimeout, &spec)
 	if err != nil {
 		return err
 	}
-	if group != nil {
-		defer group.Close()
-		cmd.cfg.Group = group
-		if group.Rank() != 0 {
-			spec.Board = jobs.Board{} // rank 0's metrics are the run's
-		}
-	}
-	cmd.cfg.WorldSize = world
-	if world == 1 {
-		cmd.cfg.WorldSize = 0 // one process keys as it always has
-	}
+	defer leave()
+	cmd.cfg.Group = group
 	if err := cmd.cfg.Validate(); err != nil {
 		return app.Usage(err)
 	}
