@@ -79,7 +79,7 @@ $(INIT)/checkpoint.json: $(TASK)/task.json $(PROTOCOL)
 	$(BIN)/mempo init-model --corpus $(TASK)/corpus.jsonl --prompts $(TRAIN) --seed $(SEED) $(PROTO) $(INIT_FLAGS) --out $(INIT) && touch $@
 
 $(SFT)/checkpoint.json: $(INIT)/checkpoint.json $(INDEX)/mempo_index.json
-	$(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(if $(DTYPE),--dtype $(DTYPE)) $(DEV) $(STAGE_FLAGS) $(call tb,sft,0) --out $(SFT) && touch $@
+	$(SFT_LAUNCH) $(BIN)/mempo sft --task $(TASK) --index $(INDEX) --policy $(INIT) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(if $(DTYPE),--dtype $(DTYPE)) $(DEV) $(STAGE_FLAGS) $(call tb,sft,0) --out $(SFT) && touch $@
 
 # What rl.mk's iterations and evaluation run on: the task's prompts and index, the SFT model.
 START      := $(SFT)

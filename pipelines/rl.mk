@@ -21,6 +21,14 @@ REF        ?= $(START)
 TB_DIR     ?=
 # tb(run, step): the flags that log a stage's metrics into TB_DIR/run at step.
 tb = $(if $(TB_DIR),--tb-dir $(TB_DIR)/$(1) --tb-step $(2))
+# LAUNCH, when set, starts every update as the ranks of one data-parallel run: a
+# launcher's command line that the update's own command line follows, e.g.
+#   LAUNCH="torchrun --nproc-per-node 2 --no-python"
+# (torchrun sets WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT, which mempo-update joins;
+# its --world-size then keys the checkpoint). Empty: one process. SFT_LAUNCH does the
+# same for the SFT of mempo.mk and run.mk (whose SFT_FLAGS must then not hold --procs).
+LAUNCH     ?=
+SFT_LAUNCH ?=
 START_NAME ?= sft
 BASELINES  ?= full
 EVAL       ?= $(RUN_DIR)/eval
@@ -60,7 +68,7 @@ $$($(1)_ITER_$(2))/advantages/_manifest.json: $$($(1)_ITER_$(2))/scores/_manifes
 	$(BIN)/mempo-advantage --rollouts $$($(1)_ITER_$(2))/rollouts --scores $$($(1)_ITER_$(2))/scores \
 	  --logprobs $$($(1)_ITER_$(2))/logprobs $(ADV_FLAGS_$(1)) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 $$($(1)_ITER_$(2))/policy/checkpoint.json: $$($(1)_ITER_$(2))/advantages/_manifest.json
-	$(BIN)/mempo-update --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(REF) \
+	$(LAUNCH) $(BIN)/mempo-update --policy $(call policy_dir,$(1),$(call prev,$(2))) --ref $(REF) \
 	  --rollouts $$($(1)_ITER_$(2))/rollouts --logprobs $$($(1)_ITER_$(2))/logprobs --advantages $$($(1)_ITER_$(2))/advantages \
 	  --seed $$$$(( $(SEED) * 1000 + $(2) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,$(1),$(2)) --out $$(@D) && touch $$@
 endef
@@ -124,7 +132,7 @@ RESCORE_DIR = $(RUN_DIR)/$(VARIANT)/iter-$(ITER)
 rescore: $(RESCORE_DIR)/scores/_manifest.json $(RESCORE_DIR)/logprobs/_manifest.json
 	$(BIN)/mempo-advantage --rollouts $(RESCORE_DIR)/rollouts --scores $(RESCORE_DIR)/scores \
 	  --logprobs $(RESCORE_DIR)/logprobs $(RESCORE_FLAGS) $(STAGE_FLAGS) $(call tb,$(VARIANT)-$(RESCORE),$(ITER)) --out $(RESCORE_DIR)/advantages-$(RESCORE)
-	$(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(REF) \
+	$(LAUNCH) $(BIN)/mempo-update --policy $(call policy_dir,$(VARIANT),$(call prev,$(ITER))) --ref $(REF) \
 	  --rollouts $(RESCORE_DIR)/rollouts --logprobs $(RESCORE_DIR)/logprobs --advantages $(RESCORE_DIR)/advantages-$(RESCORE) \
 	  --seed $$(( $(SEED) * 1000 + $(ITER) )) $(UPDATE_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,$(VARIANT)-$(RESCORE),$(ITER)) --out $(RESCORE_DIR)/policy-$(RESCORE)
 

@@ -90,7 +90,7 @@ START      := $(RUN_DIR)/sft
 START_MARK := $(START)/checkpoint.json
 START_NAME := sft
 $(START_MARK): $(MODEL)/config.json $(SFT_ROLLOUTS)/_manifest.json
-	$(BIN)/mempo sft --rollouts $(SFT_ROLLOUTS) --policy $(MODEL) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,sft,0) --out $(START) && touch $@
+	$(SFT_LAUNCH) $(BIN)/mempo sft --rollouts $(SFT_ROLLOUTS) --policy $(MODEL) --seed $(SEED) $(PROTO) $(SFT_FLAGS) $(DEV) $(STAGE_FLAGS) $(call tb,sft,0) --out $(START) && touch $@
 else
 START      := $(MODEL)
 START_MARK := $(MODEL)/config.json

@@ -26,7 +26,7 @@ type sftCmd struct {
 }
 
 func sftCommand() *cli.Command {
-	s := &sftCmd{cfg: sft.DefaultConfig()}
+	s := &sftCmd{cfg: sft.DefaultConfig(), distTimeout: torchflag.DistTimeout}
 	return app.Command(&cli.Command{
 		Name:  "sft",
 		Usage: "warm-start a policy by behaviour cloning of the scripted oracle or of given rollouts",

@@ -147,6 +147,9 @@ func Memory(checkpoint *bool, gib *float64) []app.Flag {
 // Bytes converts a --device-memory value in GiB to bytes.
 func Bytes(gib float64) int64 { return int64(gib * (1 << 30)) }
 
+// DistTimeout is --dist-timeout's default, which a command sets in its field.
+const DistTimeout = 10 * time.Minute
+
 // Ranks binds the flags of a training command run as several ranks: --world-size to
 // the stage's WorldSize field (keyed: the sums differ from one process's in the last
 // bits) and --dist-timeout, no config field, to *timeout.
@@ -156,7 +159,7 @@ func Ranks(world *int, timeout *time.Duration) []app.Flag {
 			Usage: "train as one of `N` ranks that a launcher started (torchrun, srun, a Kubernetes Job), data parallel over libtorch's c10d (TCPStore rendezvous at " +
 				"MASTER_ADDR:MASTER_PORT, this process's RANK, Gloo): each rank runs its share of every step, the ranks sum their gradients, rank 0 writes the checkpoint. " +
 				"0: the launcher's WORLD_SIZE, else 1; a value that differs from WORLD_SIZE is refused. Part of the cache key"}).Check(app.AtLeast(world, 0)),
-		app.Text(timeout, cli.StringFlag{Name: "dist-timeout", Category: "Runtime", Value: "10m",
+		app.Text(timeout, cli.StringFlag{Name: "dist-timeout", Category: "Runtime", Value: DistTimeout.String(),
 			Usage: "how long the rendezvous, and any step's exchange of gradients, waits for every rank: a rank that died or hangs fails the step on all ranks after it (a Go `DURATION`)"},
 			parsePositiveDuration),
 	}

@@ -22,7 +22,7 @@ import (
 // when invoked under the name mempo-update. A process that runs it calls
 // dataparallel.ServeWorker first: '--procs N' starts its own executable as the workers.
 func App() *cli.App {
-	cmd := command{cfg: stage.DefaultConfig(), snapshotEvery: 1}
+	cmd := command{cfg: stage.DefaultConfig(), snapshotEvery: 1, distTimeout: torchflag.DistTimeout}
 	return app.New("mempo-update", "train the policy by PPO on rollouts, log-probs and advantages: the next checkpoint", cmd.flags(), cmd.run)
 }
 
