@@ -80,7 +80,7 @@ func TestUpdateLaunchers(t *testing.T) {
 	}
 	slurm, _ := os.ReadFile("scaleout/update-2node.slurm")
 	for _, v := range rendezvous {
-		if !regexp.MustCompile(`\b` + v + `\b=`).Match(slurm) && !strings.Contains(string(slurm), "export "+v) && !strings.Contains(string(slurm), " "+v+"\n") {
+		if !regexp.MustCompile(`\b`+v+`\b=`).Match(slurm) && !strings.Contains(string(slurm), "export "+v) && !strings.Contains(string(slurm), " "+v+"\n") {
 			t.Errorf("update-2node.slurm does not set %s for the ranks", v)
 		}
 	}
