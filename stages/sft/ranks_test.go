@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/jobs"
-	"github.com/mempo/mempo/model/qwen2"
-	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train/collective/collectivetest"
 )
 
@@ -47,21 +46,6 @@ func rankMain() int {
 	return 0
 }
 
-// weights is every weight of the checkpoint at dir, in order.
-func weights(t *testing.T, dir string) []float64 {
-	t.Helper()
-	m, err := qwen2.Load(dir, qwen2.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Drop()
-	var w []float64
-	for _, p := range m.Weights() {
-		w = append(w, torch.Values(p.Tensor)...)
-	}
-	return w
-}
-
 // TestWorldSize: SFT trained by two ranks of a process group writes, from rank 0, the
 // weights and held-out losses one process writes, to float32 rounding, under a cache
 // key of its own.
@@ -78,13 +62,7 @@ func TestWorldSize(t *testing.T) {
 			t.Fatalf("rank %d: %v\n%s", r, rk.Err, rk.Stderr)
 		}
 	}
-	want, got := weights(t, one.Dir), weights(t, out)
-	var num, den float64
-	for i := range want {
-		num += (got[i] - want[i]) * (got[i] - want[i])
-		den += want[i] * want[i]
-	}
-	rel := math.Sqrt(num / den)
+	rel := qwen2test.RelDiff(qwen2test.WeightValues(t, out), qwen2test.WeightValues(t, one.Dir))
 	t.Logf("two ranks' weights are %.2g (relative L2) off one process's", rel)
 	if !(rel < 1e-4) {
 		t.Errorf("weights trained by two ranks are %.2g (relative L2) off one process's", rel)

@@ -42,10 +42,19 @@ struct Group {
   std::chrono::milliseconds timeout;
 };
 
-// wait runs a collective's work to its end or the group's timeout.
-void wait(Group *g, const c10::intrusive_ptr<c10d::Work> &work) {
-  work->wait(g->timeout);
+// run runs a collective on group to its end or the group's timeout: f starts it and
+// returns its work.
+template <typename F> char *run(void *group, F f) {
+  try {
+    auto *g = static_cast<Group *>(group);
+    f(g)->wait(g->timeout);
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
 }
+#else
+char *without() { return message(std::string("built without Gloo")); }
 #endif
 
 } // namespace
@@ -113,55 +122,43 @@ char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int worl
 // mempo_c10d_allreduce sums t, a dense contiguous tensor, over the group, in place.
 char *mempo_c10d_allreduce(void *group, void *t) {
 #ifdef MEMPO_GLOO
-  try {
-    auto *g = static_cast<Group *>(group);
+  return run(group, [t](Group *g) {
     std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = g->timeout;
-    wait(g, g->pg->allreduce(ts, o));
-    return nullptr;
-  } catch (const std::exception &e) {
-    return message(e);
-  }
+    return g->pg->allreduce(ts, o);
+  });
 #else
-  return message(std::string("built without Gloo"));
+  return without();
 #endif
 }
 
 // mempo_c10d_broadcast copies root's t into every rank's t, in place.
 char *mempo_c10d_broadcast(void *group, void *t, int root) {
 #ifdef MEMPO_GLOO
-  try {
-    auto *g = static_cast<Group *>(group);
+  return run(group, [t, root](Group *g) {
     std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     o.timeout = g->timeout;
-    wait(g, g->pg->broadcast(ts, o));
-    return nullptr;
-  } catch (const std::exception &e) {
-    return message(e);
-  }
+    return g->pg->broadcast(ts, o);
+  });
 #else
-  return message(std::string("built without Gloo"));
+  return without();
 #endif
 }
 
 // mempo_c10d_barrier returns once every rank has entered it.
 char *mempo_c10d_barrier(void *group) {
 #ifdef MEMPO_GLOO
-  try {
-    auto *g = static_cast<Group *>(group);
+  return run(group, [](Group *g) {
     c10d::BarrierOptions o;
     o.timeout = g->timeout;
-    wait(g, g->pg->barrier(o));
-    return nullptr;
-  } catch (const std::exception &e) {
-    return message(e);
-  }
+    return g->pg->barrier(o);
+  });
 #else
-  return message(std::string("built without Gloo"));
+  return without();
 #endif
 }
 
