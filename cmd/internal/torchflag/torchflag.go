@@ -204,9 +204,9 @@ func JoinRanks(world int, timeout time.Duration) (int, *collective.Group, error)
 
 // Join joins, for a training command, the ranks a launcher started: it sets *world to
 // the count the stage keys (0 for a process alone, as before ranks existed) and returns
-// the group to hand the stage, nil alone, and its closer. A rank other than 0 logs
-// nothing to TensorBoard: rank 0's metrics are the run's. A count the launcher
-// contradicts is a usage error.
+// the group to hand the stage, nil alone, and its closer. A rank other than 0 shows no
+// progress and logs nothing to TensorBoard: rank 0's are the run's. A count the
+// launcher contradicts is a usage error.
 func Join(world *int, timeout time.Duration, spec *jobs.Spec) (train.Collective, func(), error) {
 	n, g, err := JoinRanks(*world, timeout)
 	if errors.Is(err, collective.ErrConfig) {
@@ -223,7 +223,7 @@ func Join(world *int, timeout time.Duration, spec *jobs.Spec) (train.Collective,
 		return nil, func() {}, nil
 	}
 	if g.Rank() != 0 {
-		spec.Board = jobs.Board{}
+		spec.Board, spec.Progress = jobs.Board{}, jobs.ProgressNone
 	}
 	return g, g.Close, nil
 }
