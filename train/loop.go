@@ -188,14 +188,12 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 		return nil, err
 	}
 	if !l.lead() {
-		return l.follow(spec, key)
+		// Rank 0 commits alone; waiting for it here would put its held-out scoring and
+		// checkpoint write under the ranks' timeout. A launcher waits for every rank and
+		// reports rank 0's failure.
+		return &Result{Dir: spec.Out, Key: key}, nil
 	}
 	st, err := r.commit(conf)
-	if l.Group != nil {
-		if _, serr := ShareInts(l.Group, []int64{status(err == nil, false)}); err == nil {
-			err = serr
-		}
-	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
@@ -205,7 +203,7 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 // lead reports whether this process writes the output: the only one, or rank 0.
 func (l Loop[M]) lead() bool { return l.Group == nil || l.Group.Rank() == 0 }
 
-// Rank 0's word to the other ranks at the start and the end of a run.
+// Rank 0's word to the other ranks at the start of a run.
 const (
 	rankOK = iota
 	rankHit
@@ -249,17 +247,6 @@ func (l Loop[M]) begin(spec jobs.Spec, key jobs.Key) (art *jobs.Artifact, hit bo
 	return art, word[0] == rankHit, nil
 }
 
-// follow waits, on a rank other than 0, for rank 0 to commit the checkpoint.
-func (l Loop[M]) follow(spec jobs.Spec, key jobs.Key) (*Result, error) {
-	word, err := ShareInts(l.Group, []int64{0})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Stage, err)
-	}
-	if word[0] != rankOK {
-		return nil, fmt.Errorf("%s: rank 0 could not commit %s; its log says why", l.Stage, spec.Out)
-	}
-	return &Result{Dir: spec.Out, Key: key}, nil
-}
 
 // checkMemory prints the memory estimate of the plan and checks it against avail bytes,
 // or, when avail is 0, against the CPU's available memory.

@@ -160,7 +160,8 @@ func Ranks(world *int, timeout *time.Duration) []app.Flag {
 				"MASTER_ADDR:MASTER_PORT, this process's RANK, Gloo): each rank runs its share of every step, the ranks sum their gradients, rank 0 writes the checkpoint. " +
 				"0: the launcher's WORLD_SIZE, else 1; a value that differs from WORLD_SIZE is refused. Part of the cache key"}).Check(app.AtLeast(world, 0)),
 		app.Text(timeout, cli.StringFlag{Name: "dist-timeout", Category: "Runtime", Value: DistTimeout.String(),
-			Usage: "how long the rendezvous, and any step's exchange of gradients, waits for every rank: a rank that died or hangs fails the step on all ranks after it (a Go `DURATION`)"},
+			Usage: "how long the rendezvous, and any step's exchange of gradients, waits for every rank: a rank that died or hangs fails the step on all ranks after it; " +
+				"it must also cover what rank 0 does alone before the first step (resuming, SFT's held-out loss) (a Go `DURATION`)"},
 			parsePositiveDuration),
 	}
 }
