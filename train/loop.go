@@ -247,7 +247,6 @@ func (l Loop[M]) begin(spec jobs.Spec, key jobs.Key) (art *jobs.Artifact, hit bo
 	return art, word[0] == rankHit, nil
 }
 
-
 // checkMemory prints the memory estimate of the plan and checks it against avail bytes,
 // or, when avail is 0, against the CPU's available memory.
 func (l Loop[M]) checkMemory(spec jobs.Spec, avail int64) error {
