@@ -27,7 +27,8 @@ func NewHandler(r Retriever, cfg ServerConfig, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	h := &handler{r: r, cfg: cfg, log: log, slots: make(chan struct{}, cfg.MaxInflight)}
+	h := &handler{r: r, cfg: cfg, log: log, slots: make(chan struct{}, cfg.MaxInflight),
+		bodies: httpserve.NewBudget(int64(cfg.MaxInflight) * cfg.MaxBodyBytes)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /retrieve", h.retrieve)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -40,8 +41,10 @@ type handler struct {
 	r   Retriever
 	cfg ServerConfig
 	log *slog.Logger
-	// slots holds one token per request in flight, MaxInflight at most.
+	// slots holds one token per request being searched, MaxInflight at most.
 	slots chan struct{}
+	// bodies is the bytes of the bodies being read, MaxInflight×MaxBodyBytes at most.
+	bodies *httpserve.Budget
 }
 
 // requestError is a refused request: its status and the message its client gets.
@@ -57,7 +60,9 @@ func refuse(status int, format string, args ...any) *requestError {
 }
 
 func (h *handler) retrieve(w http.ResponseWriter, req *http.Request) {
-	body := &bodyReader{r: http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes), maxString: maxStringBytes(h.cfg.MaxQueryBytes)}
+	counted := h.bodies.Reader(http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes))
+	defer counted.Release()
+	body := &bodyReader{r: counted, maxString: maxStringBytes(h.cfg.MaxQueryBytes)}
 	if e := h.answer(w, req, body); e != nil {
 		lingerIfUnread(w, req, body.n)
 		h.fail(w, e)
@@ -70,16 +75,9 @@ func (h *handler) answer(w http.ResponseWriter, req *http.Request, body *bodyRea
 		return refuse(http.StatusRequestEntityTooLarge, "body of %d bytes, larger than %d bytes (--max-body-bytes)",
 			req.ContentLength, h.cfg.MaxBodyBytes)
 	}
-	// The slot is taken before the body is read, so that bodies in memory are bounded
-	// too; a full server refuses at once instead of queueing without bound.
-	select {
-	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		return refuse(http.StatusServiceUnavailable,
-			"%d requests in flight, at most %d (--max-inflight); retry later", h.cfg.MaxInflight, h.cfg.MaxInflight)
-	}
+	// The body is read before a slot is taken, so that clients stalling mid-body hold
+	// no slot (only the bytes they sent, within the bodies' budget), and a full server
+	// refuses at once instead of queueing without bound.
 	in, err := h.decodeRequest(body)
 	if err != nil {
 		return h.classify(err)
@@ -90,6 +88,12 @@ func (h *handler) answer(w http.ResponseWriter, req *http.Request, body *bodyRea
 	}
 	if topk < 1 || topk > h.cfg.MaxTopK {
 		return refuse(http.StatusBadRequest, "topk %d, want 1..%d (--max-topk)", topk, h.cfg.MaxTopK)
+	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		return h.busy()
 	}
 	// Past the write timeout the answer can no longer be sent: stop searching then.
 	ctx, cancel := context.WithTimeout(req.Context(), httpserve.Seconds(h.cfg.WriteTimeoutS))
@@ -242,13 +246,25 @@ func (h *handler) classify(err error) *requestError {
 			maxStringBytes(h.cfg.MaxQueryBytes), h.cfg.MaxQueryBytes)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return refuse(http.StatusRequestTimeout, "body not received within %gs (--read-timeout)", h.cfg.ReadTimeoutS)
+	case errors.Is(err, httpserve.ErrBusy):
+		return h.busy()
 	}
 	return refuse(http.StatusBadRequest,
 		`body is not a retrieval request (%v); want {"queries": ["…"], "topk": 3, "return_scores": true}`, err)
 }
 
+// busy is the refusal of a request that finds every slot taken, or the bodies' budget
+// spent.
+func (h *handler) busy() *requestError {
+	return refuse(http.StatusServiceUnavailable,
+		"%d requests in flight, at most %d (--max-inflight); retry later", h.cfg.MaxInflight, h.cfg.MaxInflight)
+}
+
 func (h *handler) fail(w http.ResponseWriter, e *requestError) {
 	h.log.Debug("rejected request", "status", e.status, "error", e.msg)
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, e.status, map[string]string{"error": e.msg, "detail": e.msg})
 }
 

@@ -15,8 +15,10 @@ import (
 // query (BM25 analysis costs 200-300 bytes of heap per byte of query: a 1 MB query
 // peaked at 192 MB, and a 15 MB one took the server from 0.6 to 4.7 GB), the queries
 // and hits of a request, the requests served at once, and the time a connection may
-// take. A request costs at most about 3×MaxBodyBytes while its body is decoded, so
-// the server holds at most about MaxInflight×3×MaxBodyBytes for bodies.
+// take. The bodies being read share a budget of MaxInflight×MaxBodyBytes bytes
+// received, each byte costing at most about 3 while decoded, and a request takes one of
+// the MaxInflight slots only once its body is read: clients that stall mid-body hold
+// what they sent, never a slot.
 //
 // NewHandler and Serve take a zero field as its default (DefaultServerConfig);
 // Validate checks a complete config, as the flags resolve one.
@@ -31,13 +33,13 @@ type ServerConfig struct {
 	MaxQueryBytes int `json:"max_query_bytes"`
 	// MaxBodyBytes bounds a request body; a larger one gets 413.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
-	// MaxInflight is the most /retrieve requests served at once, counted from before
+	// MaxInflight is the most /retrieve requests searched at once, counted from when
 	// their body is read; one more gets 503 at once rather than a place in a queue.
 	MaxInflight int `json:"max_inflight"`
 	// ReadHeaderTimeoutS bounds reading a request's headers, in seconds.
 	ReadHeaderTimeoutS float64 `json:"read_header_timeout_s"`
 	// ReadTimeoutS bounds reading a whole request, headers and body, in seconds: a
-	// client that stalls mid-body loses its connection (and its in-flight slot) then.
+	// client that stalls mid-body loses its connection then.
 	ReadTimeoutS float64 `json:"read_timeout_s"`
 	// WriteTimeoutS bounds the time from the end of the headers to the end of the
 	// answer, retrieval included, in seconds; retrieval is canceled when it passes.

@@ -122,6 +122,42 @@ func TestServeCutsOffStalledClients(t *testing.T) {
 	}
 }
 
+// TestStalledClientsHoldNoSlot: clients that send the headers and half of a /retrieve
+// body, then stall, more of them than there are slots, do not make well-formed
+// requests answer 503 while they hold their connections.
+func TestStalledClientsHoldNoSlot(t *testing.T) {
+	cfg := ServerConfig{MaxInflight: 2, ReadTimeoutS: 30}
+	addr := serveOn(t, NewHandler(&fixed{hits: fiveHits}, cfg, nil), cfg)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 * cfg.MaxInflight {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, stalledBodyRequest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the server reads what they sent and waits for more
+	for i := range 3 {
+		resp, err := http.Post("http://"+addr+"/retrieve", "application/json", strings.NewReader(`{"queries": ["q"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("request %d beside %d stalled bodies = %d %s, want 200", i, len(conns), resp.StatusCode, b)
+		}
+	}
+}
+
 // heapWatch samples the heap's object bytes every millisecond, without stopping the
 // world, to catch a peak that a before/after reading would miss.
 type heapWatch struct {

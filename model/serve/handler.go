@@ -67,27 +67,31 @@ func (s *Server) completions(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// busy refuses a request that finds every slot held, or the bodies' budget spent.
+func (s *Server) busy(w http.ResponseWriter) *refusal {
+	w.Header().Set("Retry-After", "1")
+	return refuse(http.StatusServiceUnavailable,
+		"%d requests held, at most %d (--max-inflight); retry later", s.cfg.MaxInflight, s.cfg.MaxInflight)
+}
+
 // complete answers one completion request, or returns why it is refused.
 func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
 	if req.ContentLength > s.cfg.MaxBodyBytes {
 		return refuse(http.StatusRequestEntityTooLarge, "body of %d bytes, larger than %d bytes (--max-body-bytes)",
 			req.ContentLength, s.cfg.MaxBodyBytes)
 	}
-	// The slot is taken before the body is read, so bodies in memory are bounded too.
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		return refuse(http.StatusServiceUnavailable,
-			"%d requests held, at most %d (--max-inflight); retry later", s.cfg.MaxInflight, s.cfg.MaxInflight)
-	}
+	// The body is read before a slot is taken, so that clients stalling mid-body hold
+	// no slot, only the bytes they sent, within the bodies' budget.
+	body := s.bodies.Reader(http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes))
+	defer body.Release()
 	var in CompletionRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes))
+	dec := json.NewDecoder(body)
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
+		case errors.Is(err, httpserve.ErrBusy):
+			return s.busy(w)
 		case errors.As(err, &tooBig):
 			return refuse(http.StatusRequestEntityTooLarge, "body larger than %d bytes (--max-body-bytes)", s.cfg.MaxBodyBytes)
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -97,6 +101,12 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
 	}
 	if in.Model != "" && in.Model != s.m.Name {
 		return refuse(http.StatusNotFound, "the model `%s` does not exist; this server serves `%s`", in.Model, s.m.Name)
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		return s.busy(w)
 	}
 	// Past the write timeout the answer can no longer be sent: the job is then dropped,
 	// waiting or running.

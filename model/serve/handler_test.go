@@ -3,12 +3,15 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -180,6 +183,33 @@ func TestCompletion(t *testing.T) {
 	choice = got["choices"].([]any)[0].(map[string]any)
 	if status != 200 || choice["text"] != "abc" || choice["finish_reason"] != "length" || choice["logprobs"] != nil {
 		t.Errorf("string prompt: status %d, choice %v; want text abc, finish length, no logprobs", status, choice)
+	}
+}
+
+// TestStalledClientsHoldNoSlot: clients that send the headers and half of a
+// completion body, then stall, more of them than there are slots, do not make
+// well-formed requests answer 503 while they hold their connections.
+func TestStalledClientsHoldNoSlot(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxInflight = 2
+	_, ts := newTestServer(t, &echo{}, cfg)
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	for range 2 * cfg.MaxInflight {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		partial := "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": \"ab"
+		if _, err := io.WriteString(c, partial); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the server reads what they sent and waits for more
+	for i := range 3 {
+		if status, got := post(t, ts.URL, `{"prompt": "abcdef", "max_tokens": 3}`); status != http.StatusOK {
+			t.Errorf("request %d beside stalled bodies = %d %v, want 200", i, status, got)
+		}
 	}
 }
 

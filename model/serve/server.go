@@ -70,7 +70,8 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; a larger one gets 413.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// MaxInflight is the most completion requests held at once, waiting or generating,
-	// counted from before their body is read; one more gets 503 with Retry-After.
+	// counted from when their body is read; one more gets 503 with Retry-After. The
+	// bodies being read share a budget of MaxInflight×MaxBodyBytes bytes.
 	MaxInflight int `json:"max_inflight"`
 	// Timeouts of a connection, in seconds: headers, whole request, answer (generation
 	// included; a request still waiting when it passes is dropped) and keep-alive.
@@ -124,9 +125,12 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	queue chan *job
-	// slots holds one token per completion request held, MaxInflight at most.
+	// slots holds one token per completion request held, MaxInflight at most, taken
+	// once its body is read.
 	slots chan struct{}
-	now   func() time.Time
+	// bodies is the bytes of the bodies being read, MaxInflight×MaxBodyBytes at most.
+	bodies *httpserve.Budget
+	now    func() time.Time
 }
 
 // job is one request waiting for, or in, the running batch.
@@ -158,7 +162,8 @@ func New(m Model, cfg Config, log *slog.Logger) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{m: m, cfg: cfg, log: log, queue: make(chan *job, cfg.MaxInflight),
-		slots: make(chan struct{}, cfg.MaxInflight), now: time.Now}, nil
+		slots: make(chan struct{}, cfg.MaxInflight), bodies: httpserve.NewBudget(int64(cfg.MaxInflight) * cfg.MaxBodyBytes),
+		now: time.Now}, nil
 }
 
 // Run schedules queued requests onto the engine until ctx is done: between decode
