@@ -3,7 +3,6 @@ package search
 import (
 	"errors"
 	"io"
-	"net/http"
 )
 
 // errLongString marks a request body holding a string too long to be a query.
@@ -56,26 +55,4 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	b.n += int64(n)
 	return n, err
-}
-
-// maxDrainBytes is how much of an unread body net/http reads and discards after a
-// handler returns to keep the connection alive (its maxPostHandlerReadBytes).
-const maxDrainBytes = 256 << 10
-
-// lingerIfUnread prepares a refused request's connection to close gracefully when much
-// of its body, read bytes read so far, is still unread. A client still sending that
-// body would see the connection reset, and lose the answer, if the server closed it at
-// once, as net/http does for a "Connection: close" request. Reading one more byte
-// through a MaxBytesReader of limit 0 marks the response as over the limit: net/http
-// then half-closes the connection and lingers before closing it, so the client reads
-// its answer. A client that waits for "100 Continue" has sent nothing yet and is left
-// alone, as is a small remainder, which net/http drains itself.
-func lingerIfUnread(w http.ResponseWriter, req *http.Request, read int64) {
-	if req.Header.Get("Expect") != "" {
-		return
-	}
-	if req.ContentLength >= 0 && req.ContentLength-read < maxDrainBytes {
-		return
-	}
-	http.MaxBytesReader(w, req.Body, 0).Read(make([]byte, 1)) // at EOF, or a MaxBytesError
 }

@@ -60,11 +60,12 @@ func refuse(status int, format string, args ...any) *requestError {
 }
 
 func (h *handler) retrieve(w http.ResponseWriter, req *http.Request) {
-	counted := h.bodies.Reader(http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes))
+	limited := http.MaxBytesReader(w, req.Body, h.cfg.MaxBodyBytes)
+	counted := h.bodies.Reader(limited)
 	defer counted.Release()
 	body := &bodyReader{r: counted, maxString: maxStringBytes(h.cfg.MaxQueryBytes)}
 	if e := h.answer(w, req, body); e != nil {
-		lingerIfUnread(w, req, body.n)
+		httpserve.FinishBody(w, req, limited, body.n, h.cfg.MaxBodyBytes)
 		h.fail(w, e)
 	}
 }

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -155,6 +156,42 @@ func TestStalledClientsHoldNoSlot(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("request %d beside %d stalled bodies = %d %s, want 200", i, len(conns), resp.StatusCode, b)
 		}
+	}
+}
+
+// TestEarlyRefusalReadByWholeBodyClients: a client that writes its whole body before
+// it reads (as Python's http.client does) reads the 400 the server answered early —
+// a 15 MB body whose first query is over the query limit — rather than a broken pipe.
+func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
+	cfg := ServerConfig{}
+	addr := serveOn(t, NewHandler(&fixed{hits: fiveHits}, cfg, nil), cfg)
+	var body bytes.Buffer
+	body.WriteString(`{"queries": ["` + strings.Repeat("a", 60<<10) + `"`)
+	for body.Len() < 15<<20 {
+		body.WriteString(`, "` + strings.Repeat("b", 1000) + `"`)
+	}
+	body.WriteString("]}")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	head := fmt.Sprintf("POST /retrieve HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", body.Len())
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(body.Bytes()); err != nil {
+		t.Fatalf("writing the whole body: %v (the server closed before the client could read its answer)", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "--max-query-bytes") {
+		t.Errorf("answer %d %.200q, want a 400 naming --max-query-bytes", resp.StatusCode, msg)
 	}
 }
 

@@ -44,6 +44,9 @@ func (r *BudgetReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Counted is the bytes read so far.
+func (r *BudgetReader) Counted() int64 { return r.counted }
+
 // Release gives the bytes read back to the budget, once the request is done with them.
 func (r *BudgetReader) Release() {
 	r.b.used.Add(-r.counted)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
@@ -52,7 +53,11 @@ func refuse(status int, format string, args ...any) *refusal {
 }
 
 func (s *Server) completions(w http.ResponseWriter, req *http.Request) {
-	if e := s.complete(w, req); e != nil {
+	limited := http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes)
+	body := s.bodies.Reader(limited)
+	defer body.Release()
+	if e := s.complete(w, req, body); e != nil {
+		httpserve.FinishBody(w, req, limited, body.Counted(), s.cfg.MaxBodyBytes)
 		s.log.Debug("rejected request", "status", e.status, "error", e.msg)
 		typ := "BadRequestError"
 		switch e.status {
@@ -75,15 +80,13 @@ func (s *Server) busy(w http.ResponseWriter) *refusal {
 }
 
 // complete answers one completion request, or returns why it is refused.
-func (s *Server) complete(w http.ResponseWriter, req *http.Request) *refusal {
+func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Reader) *refusal {
 	if req.ContentLength > s.cfg.MaxBodyBytes {
 		return refuse(http.StatusRequestEntityTooLarge, "body of %d bytes, larger than %d bytes (--max-body-bytes)",
 			req.ContentLength, s.cfg.MaxBodyBytes)
 	}
 	// The body is read before a slot is taken, so that clients stalling mid-body hold
 	// no slot, only the bytes they sent, within the bodies' budget.
-	body := s.bodies.Reader(http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes))
-	defer body.Release()
 	var in CompletionRequest
 	dec := json.NewDecoder(body)
 	dec.UseNumber()

@@ -1,8 +1,10 @@
 package serve
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -210,6 +212,33 @@ func TestStalledClientsHoldNoSlot(t *testing.T) {
 		if status, got := post(t, ts.URL, `{"prompt": "abcdef", "max_tokens": 3}`); status != http.StatusOK {
 			t.Errorf("request %d beside stalled bodies = %d %v, want 200", i, status, got)
 		}
+	}
+}
+
+// TestEarlyRefusalReadByWholeBodyClients: a client that writes its whole body before
+// it reads (as Python's http.client does) reads the 400 the server answered at the
+// body's first bad byte, rather than a broken pipe.
+func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 32 << 20 // a body larger than loopback's socket buffers
+	_, ts := newTestServer(t, &echo{}, cfg)
+	body := `{"prompt": x` + strings.Repeat(" ", 15<<20) + `}`
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatalf("writing the whole body: %v (the server closed before the client could read its answer)", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("answer %d, want 400", resp.StatusCode)
 	}
 }
 
