@@ -8,8 +8,9 @@ import (
 
 // CompletionRequest is the subset of OpenAI's POST /v1/completions body the server
 // reads. Fields vLLM adds (return_token_ids, include_stop_str_in_output,
-// skip_special_tokens, …) are accepted and ignored: this server always returns the
-// token ids and keeps the stop text in the output, which is what they ask vLLM for.
+// skip_special_tokens, …) are accepted: this server always returns the token ids and
+// keeps the stop text in the output, which is what they ask vLLM for. Any other
+// parameter is refused naming it unless sent at its neutral value (params.go).
 type CompletionRequest struct {
 	Model string `json:"model,omitempty"`
 	// Prompt is a list of token ids, or a string the checkpoint's tokenizer encodes.

@@ -23,8 +23,8 @@ import (
 
 // Handler serves POST /v1/completions, GET /v1/models and GET /health. A refused
 // request gets OpenAI's error body {"error": {"message", "type", "code"}} naming the
-// limit and its flag: 413 for a body over MaxBodyBytes, 400 for a malformed request
-// or a field out of range, 404 for another model name, 408 for a body not received
+// limit and its flag: 413 for a body over MaxBodyBytes, 400 for a malformed request,
+// a field out of range or a parameter the server does not implement, 404 for another model name, 408 for a body not received
 // within the read timeout, and 503 with Retry-After when MaxInflight requests are
 // already held (refused, not queued). /health and /v1/models are not counted.
 func (s *Server) Handler() http.Handler {
@@ -87,10 +87,8 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	}
 	// The body is read before a slot is taken, so that clients stalling mid-body hold
 	// no slot, only the bytes they sent, within the bodies' budget.
-	var in CompletionRequest
-	dec := json.NewDecoder(body)
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
+	var raw json.RawMessage
+	if err := json.NewDecoder(body).Decode(&raw); err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.Is(err, httpserve.ErrBusy):
@@ -100,6 +98,13 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return refuse(http.StatusRequestTimeout, "body not received within %gs (--read-timeout)", s.cfg.ReadTimeoutS)
 		}
+		return refuse(http.StatusBadRequest, `body is not a completion request (%v); want {"prompt": [token ids], "max_tokens": 16, ...}`, err)
+	}
+	if e := checkParams(raw); e != nil {
+		return e
+	}
+	var in CompletionRequest
+	if err := json.Unmarshal(raw, &in); err != nil {
 		return refuse(http.StatusBadRequest, `body is not a completion request (%v); want {"prompt": [token ids], "max_tokens": 16, ...}`, err)
 	}
 	if in.Model != "" && in.Model != s.m.Name {

@@ -242,6 +242,30 @@ func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
 	}
 }
 
+// TestUnsupportedParameters: a parameter the server does not implement is refused
+// naming it, unless it is sent at the value where it changes nothing.
+func TestUnsupportedParameters(t *testing.T) {
+	_, ts := newTestServer(t, &echo{}, DefaultConfig())
+	for _, tt := range []struct{ extra, names string }{
+		{`"frequency_penalty": 0.5`, "frequency_penalty"},
+		{`"repetition_penalty": 1.2`, "repetition_penalty"},
+		{`"logit_bias": {"5": 10}`, "logit_bias"},
+		{`"guided_json": {"type": "object"}`, "guided_json"},
+		{`"foo_bar": 1`, "foo_bar"},
+	} {
+		status, got := post(t, ts.URL, `{"prompt": "ab", "max_tokens": 2, `+tt.extra+`}`)
+		msg, _ := got["error"].(map[string]any)["message"].(string)
+		if status != http.StatusBadRequest || !strings.Contains(msg, tt.names) {
+			t.Errorf("%s: %d %q, want 400 naming %s", tt.extra, status, msg, tt.names)
+		}
+	}
+	neutral := `{"prompt": "ab", "max_tokens": 2, "frequency_penalty": 0, "presence_penalty": 0.0, "repetition_penalty": 1,
+		"logit_bias": {}, "min_p": 0, "suffix": null, "user": "u"}`
+	if status, got := post(t, ts.URL, neutral); status != http.StatusOK {
+		t.Errorf("every unsupported parameter at its neutral value: %d %v, want 200", status, got)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes, cfg.MaxTokens, cfg.MaxStops = 200, 32, 2
