@@ -48,9 +48,12 @@ choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
 {tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
 log-probs (top_logprobs is null: alternatives are not computed) and
 choices[0].token_ids, the generated ids (vLLM's and SGLang's return_token_ids field,
-always filled here). GET /v1/models lists the model as --served-model-name; GET
-/health answers {"status": "ok"}. Not supported: stream, n > 1, best_of, echo,
-chat completions.
+always filled here). POST /tokenize {"prompt": "text"} and POST /detokenize
+{"tokens": [ids]} answer as vLLM's do. GET /v1/models lists the model as
+--served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
+with a 400 naming the parameter: stream, n > 1, best_of, echo, penalties,
+logit_bias, guided decoding and any other key (a penalty of 0 or an empty logit_bias
+is served: it changes nothing); nor chat completions.
 
 Batching is continuous: between any two decode steps, waiting requests join the
 running batch in arrival order (each prefilled on its own, then its KV-cache rows

@@ -21,7 +21,8 @@ import (
 	"github.com/mempo/mempo/model/sample"
 )
 
-// Handler serves POST /v1/completions, GET /v1/models and GET /health. A refused
+// Handler serves POST /v1/completions, POST /tokenize and /detokenize (vLLM's, for a
+// string prompt), GET /v1/models and GET /health. A refused
 // request gets OpenAI's error body {"error": {"message", "type", "code"}} naming the
 // limit and its flag: 413 for a body over MaxBodyBytes, 400 for a malformed request,
 // a field out of range or a parameter the server does not implement, 404 for another model name, 408 for a body not received
@@ -30,6 +31,8 @@ import (
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /tokenize", s.tokenize)
+	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, ModelList{Object: "list", Data: []ModelCard{{
 			ID: s.m.Name, Object: "model", Created: s.now().Unix(), OwnedBy: "mempo", MaxModelLen: s.m.MaxPositions}}})
@@ -53,23 +56,54 @@ func refuse(status int, format string, args ...any) *refusal {
 }
 
 func (s *Server) completions(w http.ResponseWriter, req *http.Request) {
+	s.serveBody(w, req, func(body io.Reader) *refusal { return s.complete(w, req, body) })
+}
+
+// serveBody runs handle on req's body, under the body limit and the bodies' budget; a
+// refusal gets its body finished (httpserve.FinishBody) and OpenAI's error layout.
+func (s *Server) serveBody(w http.ResponseWriter, req *http.Request, handle func(body io.Reader) *refusal) {
 	limited := http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes)
 	body := s.bodies.Reader(limited)
 	defer body.Release()
-	if e := s.complete(w, req, body); e != nil {
-		httpserve.FinishBody(w, req, limited, body.Counted(), s.cfg.MaxBodyBytes)
-		s.log.Debug("rejected request", "status", e.status, "error", e.msg)
-		typ := "BadRequestError"
-		switch e.status {
-		case http.StatusNotFound:
-			typ = "NotFoundError"
-		case http.StatusServiceUnavailable:
-			typ = "ServiceUnavailableError"
-		case http.StatusInternalServerError:
-			typ = "InternalServerError"
-		}
-		writeJSON(w, e.status, ErrorResponse{Error: ErrorBody{Message: e.msg, Type: typ, Code: e.status}})
+	e := handle(body)
+	if e == nil {
+		return
 	}
+	httpserve.FinishBody(w, req, limited, body.Counted(), s.cfg.MaxBodyBytes)
+	s.log.Debug("rejected request", "status", e.status, "error", e.msg)
+	typ := "BadRequestError"
+	switch e.status {
+	case http.StatusNotFound:
+		typ = "NotFoundError"
+	case http.StatusServiceUnavailable:
+		typ = "ServiceUnavailableError"
+	case http.StatusInternalServerError:
+		typ = "InternalServerError"
+	}
+	writeJSON(w, e.status, ErrorResponse{Error: ErrorBody{Message: e.msg, Type: typ, Code: e.status}})
+}
+
+// bodyError is the refusal of a body that could not be read or decoded as a request of
+// kind; want shows what one looks like.
+func (s *Server) bodyError(w http.ResponseWriter, err error, kind, want string) *refusal {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, httpserve.ErrBusy):
+		return s.busy(w)
+	case errors.As(err, &tooBig):
+		return refuse(http.StatusRequestEntityTooLarge, "body larger than %d bytes (--max-body-bytes)", s.cfg.MaxBodyBytes)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return refuse(http.StatusRequestTimeout, "body not received within %gs (--read-timeout)", s.cfg.ReadTimeoutS)
+	}
+	return refuse(http.StatusBadRequest, "body is not a %s request (%v); want %s", kind, err, want)
+}
+
+// checkModel refuses another model's name.
+func (s *Server) checkModel(name string) *refusal {
+	if name != "" && name != s.m.Name {
+		return refuse(http.StatusNotFound, "the model `%s` does not exist; this server serves `%s`", name, s.m.Name)
+	}
+	return nil
 }
 
 // busy refuses a request that finds every slot held, or the bodies' budget spent.
@@ -87,28 +121,20 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	}
 	// The body is read before a slot is taken, so that clients stalling mid-body hold
 	// no slot, only the bytes they sent, within the bodies' budget.
+	const want = `{"prompt": [token ids], "max_tokens": 16, ...}`
 	var raw json.RawMessage
 	if err := json.NewDecoder(body).Decode(&raw); err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.Is(err, httpserve.ErrBusy):
-			return s.busy(w)
-		case errors.As(err, &tooBig):
-			return refuse(http.StatusRequestEntityTooLarge, "body larger than %d bytes (--max-body-bytes)", s.cfg.MaxBodyBytes)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return refuse(http.StatusRequestTimeout, "body not received within %gs (--read-timeout)", s.cfg.ReadTimeoutS)
-		}
-		return refuse(http.StatusBadRequest, `body is not a completion request (%v); want {"prompt": [token ids], "max_tokens": 16, ...}`, err)
+		return s.bodyError(w, err, "completion", want)
 	}
 	if e := checkParams(raw); e != nil {
 		return e
 	}
 	var in CompletionRequest
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return refuse(http.StatusBadRequest, `body is not a completion request (%v); want {"prompt": [token ids], "max_tokens": 16, ...}`, err)
+		return s.bodyError(w, err, "completion", want)
 	}
-	if in.Model != "" && in.Model != s.m.Name {
-		return refuse(http.StatusNotFound, "the model `%s` does not exist; this server serves `%s`", in.Model, s.m.Name)
+	if e := s.checkModel(in.Model); e != nil {
+		return e
 	}
 	select {
 	case s.slots <- struct{}{}:

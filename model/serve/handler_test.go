@@ -3,7 +3,6 @@ package serve
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -142,16 +141,7 @@ func newTestServer(t *testing.T, eng Engine, cfg Config) (*Server, *httptest.Ser
 
 func post(t *testing.T, url, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatalf("answer is not JSON: %v", err)
-	}
-	return resp.StatusCode, v
+	return postTo(t, url+"/v1/completions", body)
 }
 
 func TestCompletion(t *testing.T) {
