@@ -15,6 +15,7 @@ import (
 	"github.com/mempo/mempo/cmd/internal/torchflag"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/serve"
 	"github.com/mempo/mempo/model/torch"
@@ -48,12 +49,15 @@ choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
 {tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
 log-probs (top_logprobs is null: alternatives are not computed) and
 choices[0].token_ids, the generated ids (vLLM's and SGLang's return_token_ids field,
-always filled here). POST /tokenize {"prompt": "text"} and POST /detokenize
-{"tokens": [ids]} answer as vLLM's do. GET /v1/models lists the model as
+always filled here). POST /v1/chat/completions takes "messages" (string or text-part
+contents), renders them with the checkpoint's chat template (ChatML without one) and
+the assistant's header, and answers in the chat layout (choices[0].message, logprobs
+.content when "logprobs" is true). POST /tokenize {"prompt": "text"} and POST
+/detokenize {"tokens": [ids]} answer as vLLM's do. GET /v1/models lists the model as
 --served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
-with a 400 naming the parameter: stream, n > 1, best_of, echo, penalties,
-logit_bias, guided decoding and any other key (a penalty of 0 or an empty logit_bias
-is served: it changes nothing); nor chat completions.
+with a 400 naming the parameter: stream, n > 1, best_of, echo, top_logprobs,
+penalties, logit_bias, guided decoding, tools and any other key (a penalty of 0 or an
+empty logit_bias is served: it changes nothing).
 
 Batching is continuous: between any two decode steps, waiting requests join the
 running batch in arrival order (each prefilled on its own, then its KV-cache rows
@@ -132,7 +136,12 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 		return app.Usage(err)
 	}
 	defer eng.Close()
-	srv, err := serve.New(serve.Model{Name: name, Engine: eng, Tok: tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
+	// Chat completions render with the checkpoint's template, else ChatML (with a warning).
+	tmpl, err := chat.ForCheckpoint(s.policy, chat.FromCheckpoint, log)
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	srv, err := serve.New(serve.Model{Name: name, Engine: eng, Tok: tok, Chat: tmpl, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
@@ -126,21 +127,31 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	if err := json.NewDecoder(body).Decode(&raw); err != nil {
 		return s.bodyError(w, err, "completion", want)
 	}
-	if e := checkParams(raw); e != nil {
+	if e := checkParams(raw, completionKeys); e != nil {
 		return e
 	}
 	var in CompletionRequest
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return s.bodyError(w, err, "completion", want)
 	}
+	resp, ok, e := s.generate(w, req, in)
+	if ok {
+		writeJSON(w, http.StatusOK, resp)
+	}
+	return e
+}
+
+// generate runs one completion request to its answer; ok is false, with no refusal,
+// when the client left.
+func (s *Server) generate(w http.ResponseWriter, req *http.Request, in CompletionRequest) (CompletionResponse, bool, *refusal) {
 	if e := s.checkModel(in.Model); e != nil {
-		return e
+		return CompletionResponse{}, false, e
 	}
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	default:
-		return s.busy(w)
+		return CompletionResponse{}, false, s.busy(w)
 	}
 	// Past the write timeout the answer can no longer be sent: the job is then dropped,
 	// waiting or running.
@@ -148,12 +159,12 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	defer cancel()
 	j, e := s.job(ctx, in)
 	if e != nil {
-		return e
+		return CompletionResponse{}, false, e
 	}
 	select {
 	case s.queue <- j:
 	default: // cannot happen while slots bound the queue
-		return refuse(http.StatusServiceUnavailable, "queue full; retry later")
+		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "queue full; retry later")
 	}
 	var r result
 	select {
@@ -161,22 +172,21 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	case <-ctx.Done():
 		// The scheduler still sends to j.done (buffered) when it drops the job.
 		if req.Context().Err() != nil {
-			return nil // the client left
+			return CompletionResponse{}, false, nil // the client left
 		}
-		return refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
+		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
 	}
 	switch {
 	case r.err == nil:
 	case ctx.Err() != nil:
-		return nil
+		return CompletionResponse{}, false, nil
 	case errors.Is(r.err, errStopped):
 		w.Header().Set("Retry-After", "1")
-		return refuse(http.StatusServiceUnavailable, "the server is stopping; retry later")
+		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "the server is stopping; retry later")
 	default:
-		return refuse(http.StatusInternalServerError, "generate: %v", r.err)
+		return CompletionResponse{}, false, refuse(http.StatusInternalServerError, "generate: %v", r.err)
 	}
-	writeJSON(w, http.StatusOK, s.response(in, j, r.c))
-	return nil
+	return s.response(in, j, r.c), true, nil
 }
 
 // job checks a request against the model and the limits and turns it into a job.

@@ -43,8 +43,11 @@ var neutral = map[string][]string{
 // informational are parameters that ask nothing of generation.
 var informational = []string{"user", "request_id", "priority", "add_special_tokens", "spaces_between_special_tokens"}
 
-// known is every key CompletionRequest reads.
-var known = jsonKeys(reflect.TypeOf(CompletionRequest{}))
+// completionKeys and chatKeys are every key CompletionRequest and ChatRequest read.
+var (
+	completionKeys = jsonKeys(reflect.TypeOf(CompletionRequest{}))
+	chatKeys       = jsonKeys(reflect.TypeOf(ChatRequest{}))
+)
 
 func jsonKeys(t reflect.Type) []string {
 	var keys []string
@@ -55,9 +58,9 @@ func jsonKeys(t reflect.Type) []string {
 	return keys
 }
 
-// checkParams refuses the first parameter of body, a JSON object, that the server does
-// not implement and that is set to anything but its neutral value, in key order.
-func checkParams(body []byte) *refusal {
+// checkParams refuses the first parameter of body, a JSON object, that is none of the
+// known keys of its endpoint and is set to anything but its neutral value, in key order.
+func checkParams(body []byte, known []string) *refusal {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil // the decode into CompletionRequest says what is wrong

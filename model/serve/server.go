@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/internal/httpserve"
+	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
@@ -52,9 +53,12 @@ type Tokenizer interface {
 // checked against VocabSize and every prompt against MaxPositions before it reaches
 // the engine).
 type Model struct {
-	Name         string
-	Engine       Engine
-	Tok          Tokenizer
+	Name   string
+	Engine Engine
+	Tok    Tokenizer
+	// Chat renders /v1/chat/completions' messages: the checkpoint's chat template; nil
+	// renders ChatML.
+	Chat         *chat.Template
 	MaxPositions int
 	VocabSize    int
 }
