@@ -40,7 +40,10 @@ func servePolicyCommand() *cli.Command {
 		Usage: "serve a policy checkpoint under an OpenAI-compatible /v1/completions subset",
 		Description: `Loads --policy once and answers POST /v1/completions for clients such as
 'mempo-rollout --engine server --engine-url http://ADDR'. A request's "prompt" is a
-list of token ids (a string is encoded with the checkpoint's tokenizer); it takes
+list of token ids (a string is encoded with the checkpoint's tokenizer), or a list of
+prompts; n asks for n completions of each (completion i samples with seed + i, as an
+n = 1 request of that seed does), every completion counting against --max-inflight.
+It takes
 max_tokens, temperature (0 is greedy), top_p, top_k (0 or -1: all), seed (an
 integer of 64 bits; the same seed and prompt give the same tokens, whatever else is
 batched with them), stop (strings, kept at the end of the text as vLLM's
@@ -55,7 +58,7 @@ the assistant's header, and answers in the chat layout (choices[0].message, logp
 .content when "logprobs" is true). POST /tokenize {"prompt": "text"} and POST
 /detokenize {"tokens": [ids]} answer as vLLM's do. GET /v1/models lists the model as
 --served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
-with a 400 naming the parameter: stream, n > 1, best_of, echo, top_logprobs,
+with a 400 naming the parameter: stream, best_of other than n, echo, top_logprobs,
 penalties, logit_bias, guided decoding, tools and any other key (a penalty of 0 or an
 empty logit_bias is served: it changes nothing).
 

@@ -141,69 +141,98 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	return e
 }
 
-// generate runs one completion request to its answer; ok is false, with no refusal,
-// when the client left.
+// generate runs one completion request to its answer: n completions of each of its
+// prompts; ok is false, with no refusal, when the client left.
 func (s *Server) generate(w http.ResponseWriter, req *http.Request, in CompletionRequest) (CompletionResponse, bool, *refusal) {
 	if e := s.checkModel(in.Model); e != nil {
 		return CompletionResponse{}, false, e
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		return CompletionResponse{}, false, s.busy(w)
-	}
-	// Past the write timeout the answer can no longer be sent: the job is then dropped,
-	// waiting or running.
+	// Past the write timeout the answer can no longer be sent: the jobs are then
+	// dropped, waiting or running.
 	ctx, cancel := context.WithTimeout(req.Context(), httpserve.Seconds(s.cfg.WriteTimeoutS))
 	defer cancel()
-	j, e := s.job(ctx, in)
+	jobs, e := s.jobs(ctx, in)
 	if e != nil {
 		return CompletionResponse{}, false, e
 	}
-	select {
-	case s.queue <- j:
-	default: // cannot happen while slots bound the queue
-		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "queue full; retry later")
+	if len(jobs) > s.cfg.MaxInflight {
+		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "%d completions (n x prompts), at most %d (--max-inflight)", len(jobs), s.cfg.MaxInflight)
 	}
-	var r result
-	select {
-	case r = <-j.done:
-	case <-ctx.Done():
-		// The scheduler still sends to j.done (buffered) when it drops the job.
-		if req.Context().Err() != nil {
-			return CompletionResponse{}, false, nil // the client left
+	release, ok := s.take(len(jobs))
+	if !ok {
+		return CompletionResponse{}, false, s.busy(w)
+	}
+	defer release()
+	for _, j := range jobs {
+		s.queue <- j // room: the queue holds as many jobs as there are slots
+	}
+	results := make([]qwen2.Completion, len(jobs))
+	for i, j := range jobs {
+		var r result
+		select {
+		case r = <-j.done:
+		case <-ctx.Done():
+			// The scheduler still sends to j.done (buffered) when it drops the job.
+			if req.Context().Err() != nil {
+				return CompletionResponse{}, false, nil // the client left
+			}
+			return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
 		}
-		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "not generated within %gs (--write-timeout); retry later", s.cfg.WriteTimeoutS)
+		switch {
+		case r.err == nil:
+		case ctx.Err() != nil:
+			return CompletionResponse{}, false, nil
+		case errors.Is(r.err, errStopped):
+			w.Header().Set("Retry-After", "1")
+			return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "the server is stopping; retry later")
+		default:
+			return CompletionResponse{}, false, refuse(http.StatusInternalServerError, "generate: %v", r.err)
+		}
+		results[i] = r.c
 	}
-	switch {
-	case r.err == nil:
-	case ctx.Err() != nil:
-		return CompletionResponse{}, false, nil
-	case errors.Is(r.err, errStopped):
-		w.Header().Set("Retry-After", "1")
-		return CompletionResponse{}, false, refuse(http.StatusServiceUnavailable, "the server is stopping; retry later")
-	default:
-		return CompletionResponse{}, false, refuse(http.StatusInternalServerError, "generate: %v", r.err)
-	}
-	return s.response(in, j, r.c), true, nil
+	return s.response(in, jobs, results), true, nil
 }
 
-// job checks a request against the model and the limits and turns it into a job.
-func (s *Server) job(ctx context.Context, in CompletionRequest) (*job, *refusal) {
+// take takes k slots, all or none; release gives them back.
+func (s *Server) take(k int) (release func(), ok bool) {
+	for i := range k {
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			for range i {
+				<-s.slots
+			}
+			return nil, false
+		}
+	}
+	return func() {
+		for range k {
+			<-s.slots
+		}
+	}, true
+}
+
+// jobs checks a request against the model and the limits and turns it into its jobs:
+// n per prompt, in prompt order. Completion i of a prompt samples with the request's
+// seed plus i, so it is the completion an n = 1 request with that seed gives.
+func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refusal) {
+	n := 1
+	if in.N != nil {
+		n = *in.N
+	}
 	switch {
 	case in.Stream:
 		return nil, refuse(http.StatusBadRequest, "stream is not supported; send stream false")
-	case in.N != nil && *in.N != 1:
-		return nil, refuse(http.StatusBadRequest, "n %d: one completion per request is supported (send one request per sample, each with its seed)", *in.N)
-	case in.BestOf != nil && *in.BestOf != 1:
-		return nil, refuse(http.StatusBadRequest, "best_of %d is not supported; want 1", *in.BestOf)
+	case n < 1:
+		return nil, refuse(http.StatusBadRequest, "n %d: want 1 or more", n)
+	case in.BestOf != nil && *in.BestOf != n:
+		return nil, refuse(http.StatusBadRequest, "best_of %d is not supported; want it equal to n (%d), or leave it out", *in.BestOf, n)
 	case in.Echo:
 		return nil, refuse(http.StatusBadRequest, "echo is not supported")
 	case in.Logprobs != nil && *in.Logprobs < 0:
 		return nil, refuse(http.StatusBadRequest, "logprobs %d: want 0 or more", *in.Logprobs)
 	}
-	prompt, e := s.prompt(in.Prompt)
+	prompts, e := s.prompts(in.Prompt)
 	if e != nil {
 		return nil, e
 	}
@@ -243,7 +272,14 @@ func (s *Server) job(ctx context.Context, in CompletionRequest) (*job, *refusal)
 			return nil, refuse(http.StatusBadRequest, "seed %s: want an integer within 64 bits", *in.Seed)
 		}
 	}
-	return &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: prompt, Seed: seed}, Sampling: cfg}, done: make(chan result, 1)}, nil
+	var out []*job
+	for _, p := range prompts {
+		for i := range n {
+			out = append(out, &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg},
+				done: make(chan result, 1)})
+		}
+	}
+	return out, nil
 }
 
 // parseSeed reads a seed as int64 (reinterpreted as the uint64 stream, as clients
@@ -256,38 +292,64 @@ func parseSeed(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// prompt reads a list of token ids, or a string it encodes, and checks it against
-// the model.
-func (s *Server) prompt(raw json.RawMessage) ([]int64, *refusal) {
+// prompts reads "prompt": a string or a list of token ids, or a list of either, each
+// checked against the model.
+func (s *Server) prompts(raw json.RawMessage) ([][]int64, *refusal) {
 	raw = bytes.TrimSpace(raw)
-	var ids []int64
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, refuse(http.StatusBadRequest, `"prompt" is required: a string or a list of token ids, or a list of either`)
+	}
+	var one []int64
+	var texts []string
+	var lists [][]int64
+	var prompts [][]int64
 	switch {
-	case len(raw) == 0 || string(raw) == "null":
-		return nil, refuse(http.StatusBadRequest, `"prompt" is required: a list of token ids or a string`)
 	case raw[0] == '"':
 		var text string
 		if err := json.Unmarshal(raw, &text); err != nil {
 			return nil, refuse(http.StatusBadRequest, `"prompt": %v`, err)
 		}
-		ids = qwen2.Tokens(s.m.Tok.Encode(text))
+		prompts = [][]int64{qwen2.Tokens(s.m.Tok.Encode(text))}
+	case json.Unmarshal(raw, &one) == nil:
+		prompts = [][]int64{one}
+	case json.Unmarshal(raw, &texts) == nil:
+		for _, t := range texts {
+			prompts = append(prompts, qwen2.Tokens(s.m.Tok.Encode(t)))
+		}
+	case json.Unmarshal(raw, &lists) == nil:
+		prompts = lists
 	default:
-		if err := json.Unmarshal(raw, &ids); err != nil {
-			return nil, refuse(http.StatusBadRequest, `"prompt" is not a list of token ids or a string (one prompt per request): %v`, err)
+		return nil, refuse(http.StatusBadRequest, `"prompt" is not a string or a list of token ids, or a list of either`)
+	}
+	if len(prompts) == 0 {
+		return nil, refuse(http.StatusBadRequest, `"prompt" is an empty list`)
+	}
+	for i, ids := range prompts {
+		if e := s.checkPrompt(ids); e != nil {
+			if len(prompts) > 1 {
+				e.msg = fmt.Sprintf("prompt %d: %s", i, e.msg)
+			}
+			return nil, e
 		}
 	}
+	return prompts, nil
+}
+
+// checkPrompt checks one prompt's ids against the model.
+func (s *Server) checkPrompt(ids []int64) *refusal {
 	if len(ids) == 0 {
-		return nil, refuse(http.StatusBadRequest, `"prompt" is empty`)
+		return refuse(http.StatusBadRequest, `"prompt" is empty`)
 	}
 	if len(ids) >= s.m.MaxPositions {
-		return nil, refuse(http.StatusBadRequest, "prompt of %d tokens leaves no room for a completion within the model's %d positions (max_model_len)",
+		return refuse(http.StatusBadRequest, "prompt of %d tokens leaves no room for a completion within the model's %d positions (max_model_len)",
 			len(ids), s.m.MaxPositions)
 	}
 	for i, id := range ids {
 		if id < 0 || id >= int64(s.m.VocabSize) {
-			return nil, refuse(http.StatusBadRequest, "prompt token %d is id %d, outside the vocabulary of %d", i, id, s.m.VocabSize)
+			return refuse(http.StatusBadRequest, "prompt token %d is id %d, outside the vocabulary of %d", i, id, s.m.VocabSize)
 		}
 	}
-	return ids, nil
+	return nil
 }
 
 // stops reads "stop": a string or a list of strings, within the limits.
@@ -320,11 +382,31 @@ func (s *Server) stops(raw json.RawMessage) ([]string, *refusal) {
 	return out, nil
 }
 
-// response builds vLLM's answer to one completion. The text keeps the stop string
-// (vLLM's include_stop_str_in_output): a rollout records the closing tag. A
-// log-prob that is not finite is written as -9999, as vLLM does, JSON having no
-// infinity.
-func (s *Server) response(in CompletionRequest, j *job, c qwen2.Completion) CompletionResponse {
+// response builds vLLM's answer: a choice per completion of the jobs, n a prompt in
+// prompt order, and the usage, each prompt's tokens counted once.
+func (s *Server) response(in CompletionRequest, jobs []*job, cs []qwen2.Completion) CompletionResponse {
+	n := 1
+	if in.N != nil {
+		n = *in.N
+	}
+	r := CompletionResponse{ID: "cmpl-" + randomID(), Object: "text_completion", Created: s.now().Unix(), Model: s.m.Name}
+	for i, c := range cs {
+		choice := s.choice(in, c)
+		choice.Index = i
+		r.Choices = append(r.Choices, choice)
+		r.Usage.CompletionTokens += len(c.Tokens)
+		if i%n == 0 {
+			r.Usage.PromptTokens += len(jobs[i].seq.Prompt)
+		}
+	}
+	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
+	return r
+}
+
+// choice is one completion in vLLM's layout. The text keeps the stop string (vLLM's
+// include_stop_str_in_output): a rollout records the closing tag. A log-prob that is
+// not finite is written as -9999, as vLLM does, JSON having no infinity.
+func (s *Server) choice(in CompletionRequest, c qwen2.Completion) Choice {
 	ids := make([]int32, len(c.Tokens))
 	for i, t := range c.Tokens {
 		ids[i] = int32(t)
@@ -361,9 +443,7 @@ func (s *Server) response(in CompletionRequest, j *job, c qwen2.Completion) Comp
 		}
 		choice.Logprobs = lp
 	}
-	return CompletionResponse{ID: "cmpl-" + randomID(), Object: "text_completion", Created: s.now().Unix(),
-		Model: s.m.Name, Choices: []Choice{choice},
-		Usage: Usage{PromptTokens: len(j.seq.Prompt), CompletionTokens: len(ids), TotalTokens: len(j.seq.Prompt) + len(ids)}}
+	return choice
 }
 
 func randomID() string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,7 @@ type echo struct {
 	next      int
 	steps     [][]int64
 	cancelled []int
+	added     []qwen2.Sequence // every sequence Add took, in order
 }
 
 type echoSeq struct {
@@ -76,6 +78,7 @@ func (e *echo) Add(s qwen2.Sequence) (int, error) {
 	e.next++
 	e.seqs[e.next] = &echoSeq{seq: s}
 	e.order = append(e.order, e.next)
+	e.added = append(e.added, s)
 	return e.next, nil
 }
 
@@ -232,6 +235,51 @@ func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
 	}
 }
 
+// TestNAndPromptLists: n completions of each prompt of a list, in prompt order;
+// completion i of a prompt is the n = 1 request's of seed + i, and each prompt's tokens
+// count once in the usage.
+func TestNAndPromptLists(t *testing.T) {
+	e := &echo{}
+	_, ts := newTestServer(t, e, DefaultConfig())
+	status, got := post(t, ts.URL, `{"prompt": ["ab", "xyz"], "n": 2, "max_tokens": 2, "seed": 5}`)
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %v", status, got)
+	}
+	var texts []any
+	for i, c := range got["choices"].([]any) {
+		c := c.(map[string]any)
+		if c["index"] != float64(i) {
+			t.Errorf("choice %d has index %v", i, c["index"])
+		}
+		texts = append(texts, c["text"])
+	}
+	if want := []any{"ab", "ab", "xy", "xy"}; !cmp.Equal(texts, want) {
+		t.Errorf("texts %v, want %v", texts, want)
+	}
+	if u := got["usage"].(map[string]any); u["prompt_tokens"] != 5.0 || u["completion_tokens"] != 8.0 {
+		t.Errorf("usage %v, want 5 prompt tokens (2 + 3, once each) and 8 completion tokens", u)
+	}
+	e.mu.Lock()
+	seeds := map[string][]uint64{}
+	for _, q := range e.added {
+		seeds[string(rune(q.Prompt[0]))] = append(seeds[string(rune(q.Prompt[0]))], q.Seed)
+	}
+	e.mu.Unlock()
+	if len(seeds) != 2 {
+		t.Fatalf("the engine saw prompts %v, want a and x", seeds)
+	}
+	for p, got := range seeds {
+		slices.Sort(got)
+		if !cmp.Equal(got, []uint64{5, 6}) {
+			t.Errorf("prompt %s sampled with seeds %v, want 5 and 6", p, got)
+		}
+	}
+	status, got = post(t, ts.URL, `{"prompt": [[97], [98, 99]], "max_tokens": 1}`)
+	if choices := got["choices"].([]any); status != http.StatusOK || len(choices) != 2 {
+		t.Errorf("a list of token-id prompts: %d %v, want 2 choices", status, got)
+	}
+}
+
 // TestUnsupportedParameters: a parameter the server does not implement is refused
 // naming it, unless it is sent at the value where it changes nothing.
 func TestUnsupportedParameters(t *testing.T) {
@@ -272,7 +320,9 @@ func TestRefusals(t *testing.T) {
 		{"max_tokens", `{"prompt": [1], "max_tokens": 33}`, "--max-tokens", 400},
 		{"stops", `{"prompt": [1], "stop": ["a", "b", "c"]}`, "--max-stops", 400},
 		{"top_p", `{"prompt": [1], "top_p": 1.5}`, "top_p", 400},
-		{"n", `{"prompt": [1], "n": 2}`, "n 2", 400},
+		{"n", `{"prompt": [1], "n": 0}`, "n 0", 400},
+		{"best_of", `{"prompt": [1], "n": 2, "best_of": 3}`, "best_of 3", 400},
+		{"more completions than slots", `{"prompt": [[1], [2]], "n": 200}`, "--max-inflight", 400},
 		{"stream", `{"prompt": [1], "stream": true}`, "stream", 400},
 		{"seed", `{"prompt": [1], "seed": 1.5}`, "seed", 400},
 		{"model", `{"model": "other", "prompt": [1]}`, "`other` does not exist", 404},

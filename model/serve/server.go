@@ -73,9 +73,10 @@ type Config struct {
 	MaxStopBytes int `json:"max_stop_bytes"`
 	// MaxBodyBytes bounds a request body; a larger one gets 413.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
-	// MaxInflight is the most completion requests held at once, waiting or generating,
-	// counted from when their body is read; one more gets 503 with Retry-After. The
-	// bodies being read share a budget of MaxInflight×MaxBodyBytes bytes.
+	// MaxInflight is the most completions held at once, waiting or generating (a
+	// request holds n per prompt), counted from when their request's body is read; a
+	// request that finds too few free gets 503 with Retry-After. The bodies being read
+	// share a budget of MaxInflight×MaxBodyBytes bytes.
 	MaxInflight int `json:"max_inflight"`
 	// Timeouts of a connection, in seconds: headers, whole request, answer (generation
 	// included; a request still waiting when it passes is dropped) and keep-alive.
