@@ -56,7 +56,10 @@ always filled here). POST /v1/chat/completions takes "messages" (string or text-
 contents), renders them with the checkpoint's chat template (ChatML without one) and
 the assistant's header, and answers in the chat layout (choices[0].message, logprobs
 .content when "logprobs" is true). POST /tokenize {"prompt": "text"} and POST
-/detokenize {"tokens": [ids]} answer as vLLM's do. GET /v1/models lists the model as
+/detokenize {"tokens": [ids]} answer as vLLM's do. GET /metrics exposes, in
+Prometheus' text format, requests by endpoint and code, waiting and running
+completions, KV-cache slots used and total, prompt and generated tokens, time to first
+token and time per output token (named after vLLM's, mempo_ for vllm:). GET /v1/models lists the model as
 --served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
 with a 400 naming the parameter: stream, best_of other than n, echo, top_logprobs,
 penalties, logit_bias, guided decoding, tools and any other key (a penalty of 0 or an

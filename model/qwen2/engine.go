@@ -167,6 +167,18 @@ func (e *Engine) Fits(s Sequence) bool {
 	return (rows+1)*(width+room) <= e.cfg.TokenBudget
 }
 
+// Slots reports the KV-cache token slots the running rows reserve (rows × the
+// padded length they may reach, as Fits counts them) and the budget they share
+// (EngineConfig.TokenBudget).
+func (e *Engine) Slots() (used, total int) {
+	rows := len(e.rows) + len(e.pending)
+	if rows == 0 {
+		return 0, e.cfg.TokenBudget
+	}
+	width, room := extent(e.rows, e.pending)
+	return rows * (width + room), e.cfg.TokenBudget
+}
+
 // Add checks s, prefills its prompt and samples its first token; it returns the ID
 // Step reports its completion under. A sequence that does not fit (see Fits) is
 // refused with ErrEngineFull.

@@ -210,6 +210,9 @@ func TestEngineLimits(t *testing.T) {
 	if _, err := e.Add(seq(10, 10)); err != nil {
 		t.Fatal(err)
 	}
+	if used, total := e.Slots(); used != 38 || total != 38 {
+		t.Errorf("Slots = %d of %d with two rows of 10 + 9, want 38 of 38", used, total)
+	}
 	if _, err := e.Add(seq(1, 1)); !errors.Is(err, ErrEngineFull) {
 		t.Errorf("Add of a third row = %v, want ErrEngineFull (max_rows 2)", err)
 	}

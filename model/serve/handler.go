@@ -21,8 +21,9 @@ import (
 	"github.com/mempo/mempo/model/sample"
 )
 
-// Handler serves POST /v1/completions, POST /tokenize and /detokenize (vLLM's, for a
-// string prompt), GET /v1/models and GET /health. A refused
+// Handler serves POST /v1/completions and /v1/chat/completions, POST /tokenize and
+// /detokenize (vLLM's, for a string prompt), GET /v1/models, GET /metrics (Prometheus;
+// metrics.go) and GET /health. A refused
 // request gets OpenAI's error body {"error": {"message", "type", "code"}} naming the
 // limit and its flag: 413 for a body over MaxBodyBytes, 400 for a malformed request,
 // a field out of range or a parameter the server does not implement, 404 for another model name, 408 for a body not received
@@ -32,6 +33,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
@@ -68,8 +70,10 @@ func (s *Server) serveBody(w http.ResponseWriter, req *http.Request, handle func
 	defer body.Release()
 	e := handle(body)
 	if e == nil {
+		s.metrics.answered(req.URL.Path, http.StatusOK)
 		return
 	}
+	s.metrics.answered(req.URL.Path, e.status)
 	httpserve.FinishBody(w, req, limited, body.Counted(), s.cfg.MaxBodyBytes)
 	s.log.Debug("rejected request", "status", e.status, "error", e.msg)
 	typ := "BadRequestError"
@@ -276,7 +280,7 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	for _, p := range prompts {
 		for i := range n {
 			out = append(out, &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg},
-				done: make(chan result, 1)})
+				done: make(chan result, 1), arrived: s.now()})
 		}
 	}
 	return out, nil

@@ -431,3 +431,35 @@ func TestClientLeft(t *testing.T) {
 		t.Errorf("cancelled IDs %v, want %v", eng.cancelled, want)
 	}
 }
+
+// TestMetrics: GET /metrics, in Prometheus' text format, counts the requests by
+// endpoint and code, the prompt and generated tokens, and observes each completion's
+// time to first token and per-token time.
+func TestMetrics(t *testing.T) {
+	_, ts := newTestServer(t, &echo{}, DefaultConfig())
+	if status, got := post(t, ts.URL, `{"prompt": "abcd", "max_tokens": 3}`); status != http.StatusOK {
+		t.Fatalf("completion: %d %v", status, got)
+	}
+	post(t, ts.URL, `{"prompt": "ab", "max_tokens": 3, "frequency_penalty": 1}`) // refused
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	text := string(b)
+	for _, want := range []string{
+		`mempo_requests_total{code="200",endpoint="/v1/completions"} 1`,
+		`mempo_requests_total{code="400",endpoint="/v1/completions"} 1`,
+		"mempo_prompt_tokens_total 4",
+		"mempo_generation_tokens_total 3",
+		"mempo_time_to_first_token_seconds_count 1",
+		"mempo_time_per_output_token_seconds_count 1",
+		"mempo_num_requests_running 0",
+		"mempo_num_requests_waiting 0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, text)
+		}
+	}
+}

@@ -134,8 +134,9 @@ type Server struct {
 	// once its body is read.
 	slots chan struct{}
 	// bodies is the bytes of the bodies being read, MaxInflight×MaxBodyBytes at most.
-	bodies *httpserve.Budget
-	now    func() time.Time
+	bodies  *httpserve.Budget
+	metrics *metrics
+	now     func() time.Time
 }
 
 // job is one request waiting for, or in, the running batch.
@@ -143,8 +144,9 @@ type job struct {
 	ctx  context.Context
 	seq  qwen2.Sequence
 	done chan result // buffered: Run never waits for the handler
-	// start is when the job joined the batch.
-	start time.Time
+	// arrived is when its request was read; start is when the job joined the batch,
+	// its prompt prefilled and its first token sampled.
+	arrived, start time.Time
 }
 
 type result struct {
@@ -167,7 +169,7 @@ func New(m Model, cfg Config, log *slog.Logger) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{m: m, cfg: cfg, log: log, queue: make(chan *job, cfg.MaxInflight),
-		slots: make(chan struct{}, cfg.MaxInflight), bodies: httpserve.NewBudget(int64(cfg.MaxInflight) * cfg.MaxBodyBytes),
+		slots: make(chan struct{}, cfg.MaxInflight), bodies: httpserve.NewBudget(int64(cfg.MaxInflight) * cfg.MaxBodyBytes), metrics: newMetrics(),
 		now: time.Now}, nil
 }
 
@@ -237,6 +239,7 @@ func (s *Server) Run(ctx context.Context) {
 				continue
 			}
 			j.start = s.now()
+			s.metrics.started(j)
 			running[id] = j
 		}
 		if len(running) == 0 && !cancelled {
@@ -257,10 +260,13 @@ func (s *Server) Run(ctx context.Context) {
 				continue
 			}
 			delete(running, f.ID)
+			end := s.now()
 			s.log.Debug("request done", "prompt_tokens", len(j.seq.Prompt), "tokens", len(f.Tokens),
-				"seconds", s.now().Sub(j.start).Seconds(), "running", len(running))
+				"seconds", end.Sub(j.start).Seconds(), "running", len(running))
+			s.metrics.finished(j, len(f.Tokens), end)
 			j.done <- result{c: f.Completion}
 		}
+		s.metrics.batch(len(waiting), len(running), s.m.Engine)
 	}
 }
 
