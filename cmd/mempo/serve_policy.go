@@ -47,7 +47,8 @@ It takes
 max_tokens, temperature (0 is greedy), top_p, top_k (0 or -1: all), seed (an
 integer of 64 bits; the same seed and prompt give the same tokens, whatever else is
 batched with them), stop (strings, kept at the end of the text as vLLM's
-include_stop_str_in_output does) and logprobs. The answer has vLLM's layout:
+include_stop_str_in_output does; one of several tokens is matched on the decoded
+text, as vLLM matches it, one of a single token on that token) and logprobs. The answer has vLLM's layout:
 choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
 {tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
 log-probs (top_logprobs is null: alternatives are not computed) and

@@ -46,6 +46,10 @@ func DefaultEngineConfig() EngineConfig {
 type Sequence struct {
 	Request
 	Sampling sample.Config
+	// StopWhen, when set, is also asked after every token whether the completion so
+	// far ends the sequence, as a stop string matched on the decoded text does; it
+	// finishes with FinishStop.
+	StopWhen func(tokens []int64) bool
 }
 
 // Finished is a sequence's completion, named by the ID Add returned.
@@ -101,6 +105,7 @@ type sequence struct {
 	ids       []int64 // the prompt, kept when the engine stores prefixes
 	limit     int     // tokens it may generate: max_tokens, or fewer near max_position_embeddings
 	stop      [][]int64
+	stopWhen  func([]int64) bool
 	key       pickKey
 	rng       *rand.Rand
 	out       Completion
@@ -200,7 +205,7 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	if err := e.m.Config.checkTokens(s.Prompt); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
-	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, key: samp, rng: sample.NewRNG(s.Seed),
+	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, key: samp, rng: sample.NewRNG(s.Seed),
 		limit: min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))}
 	if e.prefix != nil {
 		q.ids = s.Prompt
@@ -242,7 +247,7 @@ func (s *sequence) push(tok int, lp float64) bool {
 	c.Tokens = append(c.Tokens, int64(tok))
 	c.LogProbs = append(c.LogProbs, float32(lp))
 	switch {
-	case sample.Stopped(c.Tokens, s.stop):
+	case sample.Stopped(c.Tokens, s.stop), s.stopWhen != nil && s.stopWhen(c.Tokens):
 		c.Finish = FinishStop
 	case len(c.Tokens) >= s.limit:
 		c.Finish = FinishLength

@@ -260,9 +260,15 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	if e != nil {
 		return nil, e
 	}
+	var texts []string
 	for _, st := range stops {
-		cfg.Stop = append(cfg.Stop, qwen2.Tokens(s.m.Tok.Encode(st)))
+		if ids := s.m.Tok.Encode(st); len(ids) == 1 {
+			cfg.Stop = append(cfg.Stop, qwen2.Tokens(ids))
+		} else {
+			texts = append(texts, st)
+		}
 	}
+	stopWhen := s.textStop(texts)
 	if math.IsInf(cfg.Temperature, 0) {
 		return nil, refuse(http.StatusBadRequest, "temperature %v: want a finite temperature >= 0", cfg.Temperature)
 	}
@@ -279,11 +285,43 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	var out []*job
 	for _, p := range prompts {
 		for i := range n {
-			out = append(out, &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg},
+			out = append(out, &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen},
 				done: make(chan result, 1), arrived: s.now()})
 		}
 	}
 	return out, nil
+}
+
+// textStop is the test that ends a completion once its decoded text holds one of
+// stops, the stop strings that are more than one token: vLLM matches stop strings on
+// the text, so "born" stops "… was born …" whatever tokens spell it. A stop string
+// of one token (the agent's tags) matches that token, as the in-process rollout's stops
+// do, so a rollout through the server keeps the in-process rows. Only the last tokens
+// are decoded each time: a stop string of b bytes spans at most b tokens (a few more
+// for a multi-byte character cut at the window's start), and one that ended earlier
+// would have stopped the completion then.
+func (s *Server) textStop(stops []string) func([]int64) bool {
+	if len(stops) == 0 {
+		return nil
+	}
+	window := 0
+	for _, st := range stops {
+		window = max(window, len(st)+4)
+	}
+	return func(tokens []int64) bool {
+		tail := tokens[max(0, len(tokens)-window):]
+		ids := make([]int32, len(tail))
+		for i, t := range tail {
+			ids[i] = int32(t)
+		}
+		text := s.m.Tok.Decode(ids)
+		for _, st := range stops {
+			if strings.Contains(text, st) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // parseSeed reads a seed as int64 (reinterpreted as the uint64 stream, as clients
@@ -420,8 +458,15 @@ func (s *Server) choice(in CompletionRequest, c qwen2.Completion) Choice {
 	if c.Finish == qwen2.FinishStop {
 		stops, _ := s.stops(in.Stop)
 		for _, st := range stops {
-			if sample.Stopped(c.Tokens, [][]int64{qwen2.Tokens(s.m.Tok.Encode(st))}) {
+			one := s.m.Tok.Encode(st)
+			if len(one) == 1 && sample.Stopped(c.Tokens, [][]int64{qwen2.Tokens(one)}) {
 				choice.StopReason = &st
+				break
+			}
+			// A text stop: the text ends where the stop string does, as vLLM's, though the
+			// last token may run on; token_ids keep that token whole.
+			if i := strings.Index(text, st); i >= 0 && len(one) != 1 {
+				choice.StopReason, choice.Text = &st, text[:i+len(st)]
 				break
 			}
 		}

@@ -21,6 +21,35 @@ import (
 	"github.com/mempo/mempo/model/sample"
 )
 
+// spaceTok is bytesTok but a space and the byte after it are one token, 256 + the
+// byte, so a word's tokens depend on what precedes it.
+type spaceTok struct{}
+
+func (spaceTok) Encode(s string) []int32 {
+	var ids []int32
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' && i+1 < len(s) {
+			ids = append(ids, 256+int32(s[i+1]))
+			i++
+			continue
+		}
+		ids = append(ids, int32(s[i]))
+	}
+	return ids
+}
+
+func (spaceTok) Decode(ids []int32) string {
+	var b []byte
+	for _, id := range ids {
+		if id >= 256 {
+			b = append(b, ' ', byte(id-256))
+			continue
+		}
+		b = append(b, byte(id))
+	}
+	return string(b)
+}
+
 // bytesTok is a tokenizer of one id per byte.
 type bytesTok struct{}
 
@@ -112,7 +141,7 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 		c.Tokens = append(c.Tokens, r.seq.Prompt[len(c.Tokens)%len(r.seq.Prompt)])
 		c.LogProbs = append(c.LogProbs, -float32(len(c.Tokens))/4)
 		switch {
-		case sample.Stopped(c.Tokens, cfg.Stop):
+		case sample.Stopped(c.Tokens, cfg.Stop), r.seq.StopWhen != nil && r.seq.StopWhen(c.Tokens):
 			c.Finish = qwen2.FinishStop
 		case len(c.Tokens) == cfg.MaxNewTokens:
 			c.Finish = qwen2.FinishLength
@@ -232,6 +261,32 @@ func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("answer %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestTextStops: a stop string of several tokens ends a completion where the decoded
+// text holds it, whatever tokens spell it, and the text ends with it (the last token
+// kept whole in token_ids); a one-token stop matches that token.
+func TestTextStops(t *testing.T) {
+	s, err := New(Model{Name: "tiny", Engine: &echo{}, Tok: spaceTok{}, MaxPositions: 64, VocabSize: 512}, DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	ts := httptest.NewServer(s.Handler())
+	defer func() { ts.Close(); cancel(); <-done }()
+	// " born" in the prompt is the tokens " b", o, r, n; the stop "born" is b, o, r, n.
+	status, got := post(t, ts.URL, `{"prompt": "he was born in", "max_tokens": 12, "stop": ["born"]}`)
+	choice := got["choices"].([]any)[0].(map[string]any)
+	if status != http.StatusOK || choice["text"] != "he was born" || choice["finish_reason"] != "stop" || choice["stop_reason"] != "born" {
+		t.Errorf("stop born: %d %v, want the text to end at born, finished by it", status, choice)
+	}
+	status, got = post(t, ts.URL, `{"prompt": "abcabc", "max_tokens": 6, "stop": ["c"]}`)
+	choice = got["choices"].([]any)[0].(map[string]any)
+	if status != http.StatusOK || choice["text"] != "abc" || choice["stop_reason"] != "c" {
+		t.Errorf("one-token stop c: %d %v, want abc", status, choice)
 	}
 }
 
