@@ -53,7 +53,9 @@ choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
 {tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
 log-probs (top_logprobs is null: alternatives are not computed) and
 choices[0].token_ids, the generated ids (vLLM's and SGLang's return_token_ids field,
-always filled here). POST /v1/chat/completions takes "messages" (string or text-part
+always filled here). "stream": true answers one completion as server-sent events, the OpenAI API's
+(text chunks, the last with the finish and stop reasons, then [DONE]; not with
+logprobs or several completions). POST /v1/chat/completions takes "messages" (string or text-part
 contents), renders them with the checkpoint's chat template (ChatML without one) and
 the assistant's header, and answers in the chat layout (choices[0].message, logprobs
 .content when "logprobs" is true). POST /tokenize {"prompt": "text"} and POST
@@ -62,7 +64,7 @@ Prometheus' text format, requests by endpoint and code, waiting and running
 completions, KV-cache slots used and total, prompt and generated tokens, time to first
 token and time per output token (named after vLLM's, mempo_ for vllm:). GET /v1/models lists the model as
 --served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
-with a 400 naming the parameter: stream, best_of other than n, echo, top_logprobs,
+with a 400 naming the parameter: best_of other than n, echo, top_logprobs,
 penalties, logit_bias, guided decoding, tools and any other key (a penalty of 0 or an
 empty logit_bias is served: it changes nothing).
 

@@ -50,6 +50,9 @@ type Sequence struct {
 	// far ends the sequence, as a stop string matched on the decoded text does; it
 	// finishes with FinishStop.
 	StopWhen func(tokens []int64) bool
+	// OnToken, when set, is told each token as it is sampled, before the sequence
+	// finishes: a server streams them.
+	OnToken func(token int64)
 }
 
 // Finished is a sequence's completion, named by the ID Add returned.
@@ -106,6 +109,7 @@ type sequence struct {
 	limit     int     // tokens it may generate: max_tokens, or fewer near max_position_embeddings
 	stop      [][]int64
 	stopWhen  func([]int64) bool
+	onToken   func(int64)
 	key       pickKey
 	rng       *rand.Rand
 	out       Completion
@@ -205,7 +209,7 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	if err := e.m.Config.checkTokens(s.Prompt); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
-	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, key: samp, rng: sample.NewRNG(s.Seed),
+	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, onToken: s.OnToken, key: samp, rng: sample.NewRNG(s.Seed),
 		limit: min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))}
 	if e.prefix != nil {
 		q.ids = s.Prompt
@@ -246,6 +250,9 @@ func (s *sequence) push(tok int, lp float64) bool {
 	c := &s.out
 	c.Tokens = append(c.Tokens, int64(tok))
 	c.LogProbs = append(c.LogProbs, float32(lp))
+	if s.onToken != nil {
+		s.onToken(int64(tok))
+	}
 	switch {
 	case sample.Stopped(c.Tokens, s.stop), s.stopWhen != nil && s.stopWhen(c.Tokens):
 		c.Finish = FinishStop

@@ -128,7 +128,7 @@ func (s *Server) chat(w http.ResponseWriter, req *http.Request) {
 		if e != nil {
 			return e
 		}
-		resp, ok, e := s.generate(w, req, c)
+		resp, ok, e := s.generate(w, req, c, true)
 		if ok {
 			writeJSON(w, http.StatusOK, s.chatResponse(resp))
 		}

@@ -138,7 +138,7 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return s.bodyError(w, err, "completion", want)
 	}
-	resp, ok, e := s.generate(w, req, in)
+	resp, ok, e := s.generate(w, req, in, false)
 	if ok {
 		writeJSON(w, http.StatusOK, resp)
 	}
@@ -147,7 +147,7 @@ func (s *Server) complete(w http.ResponseWriter, req *http.Request, body io.Read
 
 // generate runs one completion request to its answer: n completions of each of its
 // prompts; ok is false, with no refusal, when the client left.
-func (s *Server) generate(w http.ResponseWriter, req *http.Request, in CompletionRequest) (CompletionResponse, bool, *refusal) {
+func (s *Server) generate(w http.ResponseWriter, req *http.Request, in CompletionRequest, chat bool) (CompletionResponse, bool, *refusal) {
 	if e := s.checkModel(in.Model); e != nil {
 		return CompletionResponse{}, false, e
 	}
@@ -159,6 +159,11 @@ func (s *Server) generate(w http.ResponseWriter, req *http.Request, in Completio
 	if e != nil {
 		return CompletionResponse{}, false, e
 	}
+	if in.Stream {
+		if e := streamed(in, jobs); e != nil {
+			return CompletionResponse{}, false, e
+		}
+	}
 	if len(jobs) > s.cfg.MaxInflight {
 		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "%d completions (n x prompts), at most %d (--max-inflight)", len(jobs), s.cfg.MaxInflight)
 	}
@@ -169,6 +174,9 @@ func (s *Server) generate(w http.ResponseWriter, req *http.Request, in Completio
 	defer release()
 	for _, j := range jobs {
 		s.queue <- j // room: the queue holds as many jobs as there are slots
+	}
+	if in.Stream {
+		return CompletionResponse{}, false, s.stream(w, req, in, jobs[0], chat)
 	}
 	results := make([]qwen2.Completion, len(jobs))
 	for i, j := range jobs {
@@ -225,8 +233,6 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 		n = *in.N
 	}
 	switch {
-	case in.Stream:
-		return nil, refuse(http.StatusBadRequest, "stream is not supported; send stream false")
 	case n < 1:
 		return nil, refuse(http.StatusBadRequest, "n %d: want 1 or more", n)
 	case in.BestOf != nil && *in.BestOf != n:
@@ -261,13 +267,7 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 		return nil, e
 	}
 	var texts []string
-	for _, st := range stops {
-		if ids := s.m.Tok.Encode(st); len(ids) == 1 {
-			cfg.Stop = append(cfg.Stop, qwen2.Tokens(ids))
-		} else {
-			texts = append(texts, st)
-		}
-	}
+	cfg.Stop, texts = s.splitStops(stops)
 	stopWhen := s.textStop(texts)
 	if math.IsInf(cfg.Temperature, 0) {
 		return nil, refuse(http.StatusBadRequest, "temperature %v: want a finite temperature >= 0", cfg.Temperature)
@@ -285,11 +285,29 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	var out []*job
 	for _, p := range prompts {
 		for i := range n {
-			out = append(out, &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen},
-				done: make(chan result, 1), arrived: s.now()})
+			j := &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen},
+				done: make(chan result, 1), arrived: s.now()}
+			if in.Stream {
+				j.tokens = make(chan int64, cfg.MaxNewTokens)
+				j.seq.OnToken = j.onToken
+			}
+			out = append(out, j)
 		}
 	}
 	return out, nil
+}
+
+// splitStops parts stop strings into those of one token, matched on it (as ids), and
+// the others, matched on the text (textStop).
+func (s *Server) splitStops(stops []string) (ids [][]int64, texts []string) {
+	for _, st := range stops {
+		if one := s.m.Tok.Encode(st); len(one) == 1 {
+			ids = append(ids, qwen2.Tokens(one))
+		} else {
+			texts = append(texts, st)
+		}
+	}
+	return ids, texts
 }
 
 // textStop is the test that ends a completion once its decoded text holds one of

@@ -140,6 +140,9 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 		c, cfg := &r.out, r.seq.Sampling
 		c.Tokens = append(c.Tokens, r.seq.Prompt[len(c.Tokens)%len(r.seq.Prompt)])
 		c.LogProbs = append(c.LogProbs, -float32(len(c.Tokens))/4)
+		if r.seq.OnToken != nil {
+			r.seq.OnToken(c.Tokens[len(c.Tokens)-1])
+		}
 		switch {
 		case sample.Stopped(c.Tokens, cfg.Stop), r.seq.StopWhen != nil && r.seq.StopWhen(c.Tokens):
 			c.Finish = qwen2.FinishStop
@@ -378,7 +381,8 @@ func TestRefusals(t *testing.T) {
 		{"n", `{"prompt": [1], "n": 0}`, "n 0", 400},
 		{"best_of", `{"prompt": [1], "n": 2, "best_of": 3}`, "best_of 3", 400},
 		{"more completions than slots", `{"prompt": [[1], [2]], "n": 200}`, "--max-inflight", 400},
-		{"stream", `{"prompt": [1], "stream": true}`, "stream", 400},
+		{"stream of several", `{"prompt": [1], "n": 2, "stream": true}`, "stream with n > 1", 400},
+		{"stream with logprobs", `{"prompt": [1], "logprobs": 0, "stream": true}`, "logprobs with stream", 400},
 		{"seed", `{"prompt": [1], "seed": 1.5}`, "seed", 400},
 		{"model", `{"model": "other", "prompt": [1]}`, "`other` does not exist", 404},
 	} {
