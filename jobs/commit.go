@@ -7,16 +7,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
-// compute runs the shards not yet recorded in the key's temp dir, then publishes it.
-func (r *runner) compute(ctx context.Context, res *Result, fn WorkFunc) (*Result, error) {
+// compute runs the shards not yet recorded in the key's temp dir, then publishes it. A
+// failure removes the temp dir unless a rerun of the same key is meant to continue
+// from it (resumable); a killed run leaves it, and the rerun resumes there.
+func (r *runner) compute(ctx context.Context, res *Result, fn WorkFunc) (_ *Result, err error) {
 	start := r.now()
 	tmp := res.Dir + ".tmp-" + res.Key.Short()
+	defer func() {
+		if err != nil && !resumable(err) {
+			if rerr := os.RemoveAll(tmp); rerr != nil {
+				r.log.Warn("could not remove the temp dir of a failed run", "dir", tmp, "err", rerr)
+			}
+		}
+	}()
 	recs, resumed, err := r.build(ctx, tmp, true, fn)
 	if err != nil {
 		return nil, err
@@ -37,10 +47,10 @@ func (r *runner) compute(ctx context.Context, res *Result, fn WorkFunc) (*Result
 		return nil, fmt.Errorf("stage %s: commit %s: summary: %w", r.spec.Stage, res.Dir, err)
 	}
 	if err := r.writeMetrics(tmp, recs, m); err != nil {
-		return nil, fmt.Errorf("stage %s: commit %s: %w", r.spec.Stage, res.Dir, diskFull(err, tmp))
+		return nil, fmt.Errorf("stage %s: commit %s: %w", r.spec.Stage, res.Dir, DiskFull(err, tmp))
 	}
 	if err := r.writeManifest(tmp, m); err != nil {
-		return nil, fmt.Errorf("stage %s: commit %s: %w", r.spec.Stage, res.Dir, diskFull(err, tmp))
+		return nil, fmt.Errorf("stage %s: commit %s: %w", r.spec.Stage, res.Dir, DiskFull(err, tmp))
 	}
 	r.trace(StepManifest, -1)
 	if err := r.publish(tmp, res.Dir, res.Key); err != nil {
@@ -54,6 +64,19 @@ func (r *runner) compute(ctx context.Context, res *Result, fn WorkFunc) (*Result
 	return res, nil
 }
 
+// resumable reports whether err came from outside the stage, so that a rerun of the
+// same key, once it is dealt with, can use the finished shards: the run was
+// interrupted (SIGINT, SIGTERM), the operating system failed a call (a full disk, an
+// I/O error, a connection refused or reset), or the stage marked it ErrTransient (a
+// server that stopped answering). Anything else is the stage's own finding about its
+// inputs or config (a bad row, a value that overflows), which a rerun of the same key
+// finds again, so its shards would only take disk space.
+func resumable(err error) bool {
+	var errno syscall.Errno
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &errno) ||
+		errors.Is(err, ErrTransient)
+}
+
 // build computes this run's slice of the plan into dir. With resume, a shard whose
 // record matches its file is kept; without, dir starts empty (a --verify rerun).
 func (r *runner) build(ctx context.Context, dir string, resume bool, fn WorkFunc) (recs []record, resumed int, err error) {
@@ -63,7 +86,7 @@ func (r *runner) build(ctx context.Context, dir string, resume bool, fn WorkFunc
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, recordsDir), 0o755); err != nil {
-		return nil, 0, fmt.Errorf("stage %s: %w", r.spec.Stage, diskFull(err, dir))
+		return nil, 0, fmt.Errorf("stage %s: %w", r.spec.Stage, DiskFull(err, dir))
 	}
 	lo, hi := r.spec.Part.Range(r.spec.Shards)
 	r.progress = NewReporter(r.spec.ProgressOut, r.spec.Progress, r.spec.Stage, int64(hi-lo), r.now, r.spec.ProgressEvery)
@@ -118,7 +141,9 @@ func (r *runner) shard(ctx context.Context, dir, file string, g int, fn WorkFunc
 	w := &Work{Shard: g, Path: path, run: r}
 	start := r.now()
 	if err := fn(ctx, w); err != nil {
-		return record{}, fmt.Errorf("stage %s: shard %d (%s): %w", r.spec.Stage, g, path, diskFull(err, dir))
+		// The stage's error names the input it was reading; the file it was writing
+		// comes after.
+		return record{}, fmt.Errorf("stage %s: shard %d: %w (writing %s)", r.spec.Stage, g, DiskFull(err, dir), path)
 	}
 	r.trace(StepWritten, g)
 	sum, n, err := syncHash(path)
@@ -126,7 +151,7 @@ func (r *runner) shard(ctx context.Context, dir, file string, g int, fn WorkFunc
 		return record{}, fmt.Errorf("stage %s: shard %d: the stage wrote no file at %s: %w", r.spec.Stage, g, path, ErrSpec)
 	}
 	if err != nil {
-		return record{}, fmt.Errorf("stage %s: shard %d: %w", r.spec.Stage, g, diskFull(err, dir))
+		return record{}, fmt.Errorf("stage %s: shard %d: %w", r.spec.Stage, g, DiskFull(err, dir))
 	}
 	rec := record{Shard: g, File: file, SHA256: sum, Bytes: n, Rows: w.rows, Tokens: w.token,
 		Seconds: r.now().Sub(start).Seconds(), Phases: w.phases}
@@ -135,7 +160,7 @@ func (r *runner) shard(ctx context.Context, dir, file string, g int, fn WorkFunc
 		return record{}, fmt.Errorf("stage %s: shard %d: %w", r.spec.Stage, g, err)
 	}
 	if err := r.spec.writeFile(recordPath(dir, file), append(b, '\n')); err != nil {
-		return record{}, fmt.Errorf("stage %s: shard %d: record: %w", r.spec.Stage, g, diskFull(err, dir))
+		return record{}, fmt.Errorf("stage %s: shard %d: record: %w", r.spec.Stage, g, DiskFull(err, dir))
 	}
 	r.trace(StepRecorded, g)
 	r.log.Debug("shard done", "shard", g, "file", file, "rows", rec.Rows, "bytes", rec.Bytes)

@@ -10,8 +10,8 @@ import (
 )
 
 // leftoverInfixes name what writers of an output create beside it and remove when they
-// finish: the temp dir of a key (".tmp-<key>", kept by a killed or failed run so a
-// rerun of that key resumes), the previous output moved aside during a publish
+// finish: the temp dir of a key (".tmp-<key>", kept by a killed, interrupted or
+// disk-full run so a rerun of that key resumes), the previous output moved aside during a publish
 // (".old-<key>") and a --verify recomputation (".verify-<key>"). A writer holds the
 // output's lock while any of them exists, so with the lock in hand they belong to no
 // live writer.

@@ -48,7 +48,7 @@ func (r *runner) merge(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Result, error) {
-		return nil, fmt.Errorf("stage %s: merge %s: %w", r.spec.Stage, dir, diskFull(err, dir))
+		return nil, fmt.Errorf("stage %s: merge %s: %w", r.spec.Stage, dir, DiskFull(err, dir))
 	}
 	if err := os.Remove(filepath.Join(dir, format.ManifestName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fail(err)

@@ -38,15 +38,24 @@ var (
 	ErrIncomplete = errors.New("parts incomplete")
 	// ErrSpec: the stage or its caller asked for something malformed (bad --shard, no --out).
 	ErrSpec = errors.New("invalid stage spec")
+	// ErrTransient marks a stage's failure of something outside it (a server that
+	// stopped answering) that a rerun of the same key may not meet: the run keeps its
+	// finished shards for that rerun, as after an interrupt or a full disk.
+	ErrTransient = errors.New("transient failure")
 )
 
-// diskFull adds the fix to an error caused by a full disk: nothing was published, and
-// finished shards stay recorded in dir, so a rerun with space continues from there.
-func diskFull(err error, dir string) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("%w (disk full: nothing was published; free space and rerun, finished shards are kept in %s)", err, dir)
+// DiskFull adds the fix to an error caused by a full disk (ENOSPC, EDQUOT): nothing was
+// published; free space and rerun. kept, when not "", is the temp dir whose finished
+// work (a dataset's shards, a training run's last snapshot) the rerun continues from.
+// Every stage that writes a dataset or a checkpoint reports a full disk through it.
+func DiskFull(err error, kept string) error {
+	switch {
+	case !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT):
+		return err
+	case kept == "":
+		return fmt.Errorf("%w (disk full: nothing was published; free space and rerun)", err)
 	}
-	return err
+	return fmt.Errorf("%w (disk full: nothing was published; free space and rerun, finished work is kept in %s)", err, kept)
 }
 
 // Spec says what a stage computes and where. Everything that changes the output bytes

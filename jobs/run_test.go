@@ -243,20 +243,29 @@ func TestRunNeverTrustsDirWithoutValidManifest(t *testing.T) {
 	}
 }
 
+// TestRunResumesAfterFailure: a run failed by something outside the stage (a reset
+// connection, as a retriever that went away gives, or a failure the stage marks
+// ErrTransient) keeps its temp dir, and the rerun computes only the shards without a
+// valid record.
 func TestRunResumesAfterFailure(t *testing.T) {
+	for _, cause := range []error{&os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}, ErrTransient} {
+		t.Run(cause.Error(), func(t *testing.T) { resumesAfter(t, cause) })
+	}
+}
+
+func resumesAfter(t *testing.T, cause error) {
 	clean := mustRun(t, testSpec(filepath.Join(t.TempDir(), "clean")), testWork(7, counter{}))
 
 	out := filepath.Join(t.TempDir(), "out")
-	boom := errors.New("boom")
 	calls := counter{}
 	failing := func(ctx context.Context, w *Work) error {
 		if w.Shard == 3 {
-			return boom
+			return fmt.Errorf("retrieve: %w", cause)
 		}
 		return testWork(7, calls)(ctx, w)
 	}
-	if _, err := Run(context.Background(), testSpec(out), failing); !errors.Is(err, boom) || !strings.Contains(err.Error(), "shard 3") {
-		t.Fatalf("Run = %v, want boom naming shard 3", err)
+	if _, err := Run(context.Background(), testSpec(out), failing); !errors.Is(err, cause) || !strings.Contains(err.Error(), "shard 3") {
+		t.Fatalf("Run = %v, want %v naming shard 3", err, cause)
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("failed run published %s (stat err %v)", out, err)
@@ -332,6 +341,29 @@ func TestRunDiskFullPublishesNothing(t *testing.T) {
 				t.Errorf("rerun resumed no shards")
 			}
 		})
+	}
+}
+
+// TestDiskFull: the one hint every stage gives on a full disk, naming what the rerun
+// continues from when something is kept; other errors pass unchanged.
+func TestDiskFull(t *testing.T) {
+	other := errors.New("boom")
+	tests := []struct {
+		err  error
+		kept string
+		want string
+	}{
+		{&os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}, "out.tmp-k",
+			"write x: no space left on device (disk full: nothing was published; free space and rerun, finished work is kept in out.tmp-k)"},
+		{fmt.Errorf("save: %w", syscall.EDQUOT), "",
+			"save: disk quota exceeded (disk full: nothing was published; free space and rerun)"},
+		{other, "out.tmp-k", "boom"},
+	}
+	for _, tt := range tests {
+		got := DiskFull(tt.err, tt.kept)
+		if got.Error() != tt.want || !errors.Is(got, tt.err) {
+			t.Errorf("DiskFull(%v, %q) = %q, want %q wrapping the error", tt.err, tt.kept, got, tt.want)
+		}
 	}
 }
 
@@ -489,37 +521,87 @@ func TestRunSummarize(t *testing.T) {
 	}
 }
 
-// TestRunBadInputThenGoodLeavesNoTemp: a run that fails on bad input keeps its temp dir
-// (its finished shards resume a rerun of the same key); the next run of the same output
-// with the input fixed, another key, removes it, reports it in one log line, and
-// leaves nothing beside the output.
-func TestRunBadInputThenGoodLeavesNoTemp(t *testing.T) {
-	dir := t.TempDir()
-	out := filepath.Join(dir, "out")
-	errBad := errors.New("NaN reward")
-	bad := testSpec(out)
-	bad.Inputs = []format.Input{{Name: "prompts", Path: "in/prompts", Digest: "sha256:bad"}}
-	failing := func(ctx context.Context, w *Work) error {
-		if w.Shard == 2 {
-			return errBad
-		}
-		return testWork(7, counter{})(ctx, w)
+// TestRunFailureLeavesNothing: a failure the stage finds itself (a bad input row in a
+// shard, a summary it cannot compute at the commit) leaves nothing beside the output:
+// a rerun of the same key would fail the same way, so the finished shards are only
+// disk space (issue 45). The error names the input before the file being written.
+func TestRunFailureLeavesNothing(t *testing.T) {
+	errBad := errors.New("in/scores/part-00002.parquet: row 4: column \"reward\" is NaN")
+	tests := []struct {
+		name      string
+		work      WorkFunc
+		summarize func(string, []format.Output) (map[string]float64, error)
+		prefix    string // what the error starts with
+	}{
+		{"shard", func(ctx context.Context, w *Work) error {
+			if w.Shard == 2 {
+				return errBad
+			}
+			return testWork(7, counter{})(ctx, w)
+		}, nil, "stage test: shard 2: in/scores/part-00002.parquet: row 4"},
+		{"commit", testWork(7, counter{}), func(string, []format.Output) (map[string]float64, error) {
+			return nil, errBad
+		}, "stage test: commit "},
 	}
-	if _, err := Run(context.Background(), bad, failing); !errors.Is(err, errBad) {
-		t.Fatalf("Run on bad input = %v, want %v", err, errBad)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			spec := testSpec(out)
+			spec.Summarize = tt.summarize
+			_, err := Run(context.Background(), spec, tt.work)
+			if !errors.Is(err, errBad) {
+				t.Fatalf("Run = %v, want %v", err, errBad)
+			}
+			if !strings.HasPrefix(err.Error(), tt.prefix) {
+				t.Errorf("Run = %q, want it to start %q", err, tt.prefix)
+			}
+			if got := entries(t, dir); len(got) != 0 {
+				t.Errorf("after the failed run: %v beside the output, want nothing", got)
+			}
+		})
 	}
-	if left := leftovers(out); len(left) != 1 || !strings.Contains(left[0], ".tmp-") {
-		t.Fatalf("after the failed run, leftovers = %v, want its temp dir", left)
-	}
-	var log bytes.Buffer
-	good := testSpec(out)
-	good.Log = slog.New(slog.NewTextHandler(&log, nil))
-	mustRun(t, good, testWork(7, counter{}))
-	if got := entries(t, dir); !slices.Equal(got, []string{"out"}) {
-		t.Errorf("beside the output after the good run: %v, want only out", got)
-	}
-	if n := strings.Count(log.String(), "removed leftovers"); n != 1 || !strings.Contains(log.String(), "out.tmp-") {
-		t.Errorf("good run's log has %d leftover lines, want one naming the temp dir:\n%s", n, log.String())
+}
+
+// TestRunInterruptedKeepsTemp: an interrupted run (SIGINT and SIGTERM cancel the
+// context) keeps its temp dir as a killed one does: a rerun of the same key resumes
+// from it; a run of another key removes it, says so in one log line and leaves nothing
+// beside the output.
+func TestRunInterruptedKeepsTemp(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		t.Run(fmt.Sprintf("same key=%v", same), func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			ctx, cancel := context.WithCancel(context.Background())
+			spec := testSpec(out)
+			spec.Trace = func(step Step, shard int) {
+				if step == StepRecorded && shard == 1 {
+					cancel()
+				}
+			}
+			if _, err := Run(ctx, spec, testWork(7, counter{})); !errors.Is(err, context.Canceled) {
+				t.Fatalf("interrupted Run = %v, want context.Canceled", err)
+			}
+			if left := leftovers(out); len(left) != 1 || !strings.Contains(left[0], ".tmp-") {
+				t.Fatalf("after the interrupted run, leftovers = %v, want its temp dir", left)
+			}
+			var log bytes.Buffer
+			rerun := testSpec(out)
+			rerun.Log = slog.New(slog.NewTextHandler(&log, nil))
+			resumed, lines := 2, 0
+			if !same {
+				rerun.Seed, resumed, lines = 8, 0, 1
+			}
+			if res := mustRun(t, rerun, testWork(rerun.Seed, counter{})); res.Resumed != resumed {
+				t.Errorf("rerun resumed %d shards, want %d", res.Resumed, resumed)
+			}
+			if got := entries(t, dir); !slices.Equal(got, []string{"out"}) {
+				t.Errorf("beside the output after the rerun: %v, want only out", got)
+			}
+			if n := strings.Count(log.String(), "removed leftovers"); n != lines || n > 0 && !strings.Contains(log.String(), "out.tmp-") {
+				t.Errorf("rerun's log has %d leftover lines, want %d naming the temp dir:\n%s", n, lines, log.String())
+			}
+		})
 	}
 }
 

@@ -185,7 +185,7 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", l.Stage, err)
 	}
 	if err := r.train(ctx); err != nil {
-		return nil, err
+		return nil, r.diskFull(err)
 	}
 	if !l.lead() {
 		// Rank 0 commits alone; waiting for it here would put its held-out scoring and
@@ -195,7 +195,7 @@ func (l Loop[M]) Run(ctx context.Context, opt ...Option) (*Result, error) {
 	}
 	st, err := r.commit(conf)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Stage, err)
+		return nil, fmt.Errorf("%s: %w", l.Stage, r.diskFull(err))
 	}
 	return &Result{Dir: spec.Out, Key: key, Resumed: r.snap.Step, State: st}, nil
 }
@@ -298,6 +298,15 @@ type run[M Metric] struct {
 	snap    jobs.Snapshot
 	resumed bool
 	prev    *jobs.TrainerState // From's, when the run continues its lineage
+}
+
+// diskFull adds jobs.DiskFull's hint to an error of the process that writes the
+// checkpoint: its snapshots stay in the temp dir for the rerun.
+func (r *run[M]) diskFull(err error) error {
+	if r.art == nil {
+		return err
+	}
+	return jobs.DiskFull(err, r.art.Tmp)
 }
 
 func (r *run[M]) drop() {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mempo/mempo/format"
@@ -312,6 +314,50 @@ func TestOptimizerIn(t *testing.T) {
 			}
 			if got, err := OptimizerIn(dir); got != tt.want || err != nil {
 				t.Errorf("OptimizerIn = %q, %v, want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoopDiskFull: a training run that fails on a full disk, whether writing a
+// snapshot or the checkpoint, says so with the hint the dataset stages give
+// (jobs.DiskFull, issue 45: the update and SFT said only "save optimizer: … no space
+// left on device"), and what it names as kept is what the rerun resumes from.
+func TestLoopDiskFull(t *testing.T) {
+	start, _ := lineageStart(t, false, "")
+	tests := []struct {
+		name    string
+		fail    func(l *Loop[lineageMetric], err error)
+		resumed int
+	}{
+		{"step", func(l *Loop[lineageMetric], err error) {
+			step := l.Step
+			l.Step = func(k int, m *qwen2.Model, o *AdamW) (lineageMetric, error) {
+				met, _ := step(k, m, o)
+				return met, fmt.Errorf("snapshot: %w", err)
+			}
+		}, 0},
+		{"commit", func(l *Loop[lineageMetric], err error) {
+			l.Write = func(string) error { return err }
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "ckpt")
+			l := lineageLoop(start, out)
+			tt.fail(&l, &os.PathError{Op: "write", Path: filepath.Join(out, "x"), Err: syscall.ENOSPC})
+			_, err := l.Run(context.Background())
+			tmp, _ := filepath.Glob(out + ".tmp-*")
+			want := "(disk full: nothing was published; free space and rerun, finished work is kept in " + strings.Join(tmp, "")
+			if len(tmp) != 1 || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Run on a full disk = %v, temp dirs %q; want ENOSPC with %q", err, tmp, want)
+			}
+			res, err := lineageLoop(start, out).Run(context.Background())
+			if err != nil {
+				t.Fatalf("rerun with space: %v", err)
+			}
+			if res.Resumed != tt.resumed {
+				t.Errorf("rerun with space resumed %d steps, want %d", res.Resumed, tt.resumed)
 			}
 		})
 	}

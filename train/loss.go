@@ -155,13 +155,16 @@ func (s PolicyStats) Merge(o PolicyStats) PolicyStats {
 }
 
 func checkClip(c Clip) error {
-	if !(c.Low >= 0 && c.Low < 1) || !(c.High >= 0) || math.IsInf(c.High, 0) {
-		return fmt.Errorf("--clip-low %v --clip-high %v: want 0 <= low < 1 and high >= 0: %w", c.Low, c.High, ErrConfig)
+	if !(c.Low >= 0 && c.Low < 1) {
+		return fmt.Errorf("--clip-low %v: want 0 <= low < 1: %w", c.Low, ErrConfig)
+	}
+	if err := checkCoef("--clip-high", c.High, 0); err != nil {
+		return err
 	}
 	// verl asserts c > 1: at c <= 1 the dual clip would cap the loss below the
 	// unclipped surrogate of a ratio-1 token (arXiv 1912.09729).
-	if !(c.DualC > 1) || math.IsInf(c.DualC, 0) {
-		return fmt.Errorf("--dual-clip %v: want c > 1: %w", c.DualC, ErrConfig)
+	if !(c.DualC > 1 && c.DualC <= MaxCoef) {
+		return fmt.Errorf("--dual-clip %v: want c in (1, %g]: %w", c.DualC, MaxCoef, ErrConfig)
 	}
 	return nil
 }

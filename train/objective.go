@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/train/ppo"
@@ -71,16 +70,30 @@ func (o Objective) Validate() error {
 	if err := checkAgg(o.Agg, 1); err != nil {
 		return err
 	}
-	if o.KLCoef < 0 || math.IsNaN(o.KLCoef) || math.IsInf(o.KLCoef, 0) {
-		return fmt.Errorf("--kl-coef %v: want >= 0: %w", o.KLCoef, ErrConfig)
+	if err := checkCoef("--kl-coef", o.KLCoef, 0); err != nil {
+		return err
 	}
 	if o.KLCoef != 0 {
 		if err := checkKL(o.KL); err != nil {
 			return err
 		}
 	}
-	if o.EntropyCoef < 0 || math.IsNaN(o.EntropyCoef) || math.IsInf(o.EntropyCoef, 0) {
-		return fmt.Errorf("--entropy-coef %v: want >= 0: %w", o.EntropyCoef, ErrConfig)
+	return checkCoef("--entropy-coef", o.EntropyCoef, 0)
+}
+
+// MaxCoef bounds every weight and clip constant of a training loss (--kl-coef,
+// --entropy-coef, --clip-high, --dual-clip, SFT's --context-loss-weight). The loss is
+// computed in float32, where such a value past 3.4e38 is +Inf and a large one
+// overflows the loss of the first step, found only after the model has loaded (issue
+// 45). 1e6 is far beyond any useful setting (verl's defaults: clip 0.2, dual clip 3,
+// KL 0.001) and keeps every term finite.
+const MaxCoef = 1e6
+
+// checkCoef refuses a loss setting v outside [lo, MaxCoef], NaN included, naming its
+// flag.
+func checkCoef(flag string, v, lo float64) error {
+	if !(v >= lo && v <= MaxCoef) {
+		return fmt.Errorf("%s %v: want a number in [%g, %g]: %w", flag, v, lo, MaxCoef, ErrConfig)
 	}
 	return nil
 }

@@ -220,6 +220,7 @@ func TestComputeErrors(t *testing.T) {
 		{"p_full above one", func(_ *Config, _ *[]Score, tr *[]Turn) { (*tr)[0].PFull = 1.5 }, ErrInput, []string{"turn 0", "p_full 1.5"}},
 		{"negative length", func(_ *Config, _ *[]Score, tr *[]Turn) { (*tr)[1].ResponseLen = -1 }, ErrInput, []string{"sample 1", "turn 0"}},
 		{"nan coef", func(c *Config, _ *[]Score, _ *[]Turn) { c.MemCoef = math.NaN() }, ErrConfig, []string{"--mem-coef"}},
+		{"overflowing coef", func(c *Config, _ *[]Score, _ *[]Turn) { c.MemCoef = 1e308 }, ErrConfig, []string{"--mem-coef 1e+308", "[-1e+06, 1e+06]"}},
 		{"bad pool", func(c *Config, _ *[]Score, _ *[]Turn) { c.MemPool = "trajectory" }, ErrConfig, []string{"--mem-pool", "trajectory"}},
 		{"zero baseline", func(c *Config, _ *[]Score, _ *[]Turn) { c.MemBaseline = Baseline{} }, ErrConfig, []string{"--mem-baseline"}},
 	}
@@ -267,7 +268,7 @@ func TestParseBaseline(t *testing.T) {
 			t.Errorf("ParseBaseline(%q.String() = %q) = %+v, %v, want %+v", s, got.String(), again, err, got)
 		}
 	}
-	for _, s := range []string{"", "Full", "const", "const:", "const:abc", "const:NaN", "const:inf", "constant:1", "full:1"} {
+	for _, s := range []string{"", "Full", "const", "const:", "const:abc", "const:NaN", "const:inf", "const:1e39", "const:-2e6", "constant:1", "full:1"} {
 		if got, err := ParseBaseline(s); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseBaseline(%q) = %+v, %v, want ErrConfig", s, got, err)
 		}

@@ -15,6 +15,14 @@ var (
 	ErrInput  = errors.New("bad advantage input")
 )
 
+// MaxCoef bounds the magnitude of --mem-coef and of a const --mem-baseline. The
+// memory rewards and the per-token advantages are stored as float32: P_mem − b, or
+// λ·A^M with |A^M| at most the square root of the pool's size, past float32's 3.4e38
+// is ±Inf, which the manifest's summary cannot hold and no update can train on (issue
+// 45, --mem-coef 1e308). 1e6 is far beyond any useful setting (MemPO's λ is 1, b a
+// probability) and keeps every value finite.
+const MaxCoef = 1e6
+
 // Epsilon is added to every standard deviation before dividing, as verl's
 // compute_grpo_outcome_advantage does.
 const Epsilon = 1e-6
@@ -59,8 +67,9 @@ func ParseBaseline(s string) (Baseline, error) {
 		return Baseline{}, fmt.Errorf("--mem-baseline %q: want full, context, none or const:<value>: %w", s, ErrConfig)
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return Baseline{}, fmt.Errorf("--mem-baseline %q: %q is not a finite number (e.g. const:0.5): %w", s, v, ErrConfig)
+	if err != nil || !(math.Abs(f) <= MaxCoef) {
+		return Baseline{}, fmt.Errorf("--mem-baseline %q: want const:<v> with v a number in [%g, %g] (e.g. const:0.5): %w",
+			s, -MaxCoef, MaxCoef, ErrConfig)
 	}
 	return Baseline{Kind: BaselineConst, Value: f}, nil
 }
@@ -131,7 +140,8 @@ type Config struct {
 	MemBaseline Baseline `json:"mem_baseline"`
 	// MemPool is the set of memories each memory advantage is normalised over.
 	MemPool Pool `json:"mem_pool"`
-	// MemCoef is λ, the weight of the memory advantage on the <mem> span; 0 is plain GRPO.
+	// MemCoef is λ, the weight of the memory advantage on the <mem> span; 0 is plain
+	// GRPO. |λ| is at most MaxCoef, as is |b| of a const MemBaseline.
 	MemCoef float64 `json:"mem_coef"`
 }
 
@@ -148,8 +158,8 @@ func (c Config) Validate() error {
 	if _, err := ParsePool(string(c.MemPool)); err != nil {
 		return err
 	}
-	if math.IsNaN(c.MemCoef) || math.IsInf(c.MemCoef, 0) {
-		return fmt.Errorf("--mem-coef %v: want a finite number: %w", c.MemCoef, ErrConfig)
+	if !(math.Abs(c.MemCoef) <= MaxCoef) {
+		return fmt.Errorf("--mem-coef %v: want a number in [%g, %g]: %w", c.MemCoef, -MaxCoef, MaxCoef, ErrConfig)
 	}
 	return nil
 }

@@ -269,15 +269,19 @@ func TestRunStageNaNNamesItsFile(t *testing.T) {
 			if !errors.Is(err, ErrInput) {
 				t.Fatalf("Run = %v, want ErrInput", err)
 			}
-			want := filepath.Join(tt.file(in), format.ShardName(0)) + ": " + tt.column
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("Run = %q, want it to name %q", err, want)
+			// The bad input comes first, the file being written after it (issue 45).
+			want := "stage advantage: shard 0: " + filepath.Join(tt.file(in), format.ShardName(0)) + ": " + tt.column
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("Run = %q, want it to start %q", err, want)
 			}
 			if strings.Contains(err.Error(), in.Rollouts+"/") {
 				t.Errorf("Run = %q names the rollouts, which hold no NaN", err)
 			}
-			// The failed run keeps its temp dir for a rerun of its key; the next run of
-			// the same output, on good inputs, removes it.
+			// A rerun of the same key would find the same NaN: the failed run leaves
+			// nothing beside the output, and a run on good inputs succeeds.
+			if left, _ := filepath.Glob(filepath.Join(dir, "adv*")); len(left) != 0 {
+				t.Errorf("after the failed run: %v beside the output, want nothing", left)
+			}
 			good := stageFixture(t, t.TempDir())
 			if _, err := Run(context.Background(), DefaultConfig(), good, jobs.Spec{Out: filepath.Join(dir, "adv")}); err != nil {
 				t.Fatal(err)

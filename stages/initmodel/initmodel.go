@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*Result, e
 	res, err := commit(ctx, art, cfg, in, p, inputs)
 	if err != nil {
 		os.RemoveAll(art.Tmp)
-		return nil, fmt.Errorf("init-model: %w", err)
+		return nil, fmt.Errorf("init-model: %w", jobs.DiskFull(err, ""))
 	}
 	return res, nil
 }

@@ -13,6 +13,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -217,8 +218,15 @@ func (s *stage) close() {
 	}
 }
 
-// shard runs every trajectory of plan shard w.Shard to the end and writes its rows.
-func (s *stage) shard(ctx context.Context, w *jobs.Work) error {
+// shard runs every trajectory of plan shard w.Shard to the end and writes its rows. A
+// retrieval or completions server that stopped answering is no finding about the
+// inputs: the error is marked transient, so the finished shards stay for the rerun.
+func (s *stage) shard(ctx context.Context, w *jobs.Work) (err error) {
+	defer func() {
+		if errors.Is(err, search.ErrUnreachable) || errors.Is(err, ErrEngine) {
+			err = fmt.Errorf("%w (%w)", err, jobs.ErrTransient)
+		}
+	}()
 	defer torch.TrimHeap() // what this shard's batches needed does not stay resident
 	if err := s.open(ctx); err != nil {
 		return err

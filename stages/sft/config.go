@@ -151,8 +151,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--schedule %q: want constant or linear: %w", c.Schedule, ErrConfig)
 	case c.BatchTokens < 1:
 		return fmt.Errorf("--batch-tokens %d: want at least 1: %w", c.BatchTokens, ErrConfig)
-	case !(c.ContextLossWeight >= 0) || math.IsInf(c.ContextLossWeight, 0):
-		return fmt.Errorf("--context-loss-weight %v: want a finite weight >= 0: %w", c.ContextLossWeight, ErrConfig)
+	case !(c.ContextLossWeight >= 0 && c.ContextLossWeight <= train.MaxCoef):
+		return fmt.Errorf("--context-loss-weight %v: want a number in [0, %g]: %w", c.ContextLossWeight, train.MaxCoef, ErrConfig)
 	case c.Chunk < 0:
 		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
 	case c.Procs < 0:

@@ -33,3 +33,24 @@ func TestValidateNamesFlags(t *testing.T) {
 		t.Errorf("Validate(DefaultConfig()) = %v", err)
 	}
 }
+
+// TestValidateRefusesOverflow: a loss weight or clip constant that would overflow the
+// float32 loss is refused before any work, naming the flag, the value and the range
+// (issue 45).
+func TestValidateRefusesOverflow(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Objective.KLCoef = 1e308 }, "--kl-coef 1e+308: want a number in [0, 1e+06]"},
+		{func(c *Config) { c.Objective.EntropyCoef = 1e39 }, "--entropy-coef 1e+39: want a number in [0, 1e+06]"},
+		{func(c *Config) { c.Objective.Clip.High = 1e308 }, "--clip-high 1e+308: want a number in [0, 1e+06]"},
+		{func(c *Config) { c.Objective.Clip.DualC = 2e6 }, "--dual-clip 2e+06: want c in (1, 1e+06]"},
+	} {
+		cfg := DefaultConfig()
+		c.set(&cfg)
+		if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate = %v, want ErrConfig saying %q", err, c.want)
+		}
+	}
+}

@@ -32,9 +32,9 @@ func (cmd *command) flags() *app.Flags {
 		app.String(&in.Scores, cli.StringFlag{Name: "scores", Category: "Inputs", Required: true, Usage: "scores dataset `DIR` of those rollouts (outcome rewards)"}),
 		app.String(&in.Logprobs, cli.StringFlag{Name: "logprobs", Category: "Inputs", Required: true, Usage: "logprobs dataset `DIR` of those rollouts (p_mem, p_full)"}),
 		app.Bool(&cfg.NoStdNorm, cli.BoolFlag{Name: "no-std-norm", Category: "Advantage", Usage: "outcome advantage R − mean without dividing by the group std (Dr.GRPO)"}),
-		app.Text(&cfg.MemBaseline, cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: cfg.MemBaseline.String(), Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), context (b = P_ctx, scored by mempo-logprob --p-ctx), const:<v>, or none"}, stage.ParseBaseline),
+		app.Text(&cfg.MemBaseline, cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: cfg.MemBaseline.String(), Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), context (b = P_ctx, scored by mempo-logprob --p-ctx), const:<v> (|v| at most 1e6), or none"}, stage.ParseBaseline),
 		app.Enum(&cfg.MemPool, cli.StringFlag{Name: "mem-pool", Category: "Advantage", Usage: "memory advantage normalisation pool: question (all trajectories × turns of a question) or turn (per turn index)"}, stage.ParsePool),
-		app.Float64(&cfg.MemCoef, cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO"}),
+		app.Float64(&cfg.MemCoef, cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO; at most 1e6 in magnitude"}),
 	})
 }
 
