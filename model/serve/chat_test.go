@@ -1,9 +1,7 @@
 package serve
 
 import (
-	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -59,15 +57,7 @@ func TestChatTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Model{Name: "tiny", Engine: &echo{}, Tok: bytesTok{}, Chat: tmpl, MaxPositions: 64, VocabSize: 256}, DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	ts := httptest.NewServer(s.Handler())
-	defer func() { ts.Close(); cancel(); <-done }()
+	_, ts := serveModel(t, Model{Name: "tiny", Engine: &echo{}, Tok: bytesTok{}, Chat: tmpl, MaxPositions: 64, VocabSize: 256}, DefaultConfig())
 	status, got := postTo(t, ts.URL+"/v1/chat/completions",
 		`{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}], "max_tokens": 12}`)
 	if status != http.StatusOK {

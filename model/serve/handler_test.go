@@ -162,7 +162,13 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 
 func newTestServer(t *testing.T, eng Engine, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(Model{Name: "tiny", Engine: eng, Tok: bytesTok{}, MaxPositions: 64, VocabSize: 256}, cfg, nil)
+	return serveModel(t, Model{Name: "tiny", Engine: eng, Tok: bytesTok{}, MaxPositions: 64, VocabSize: 256}, cfg)
+}
+
+// serveModel runs a server of m under cfg until the test ends.
+func serveModel(t *testing.T, m Model, cfg Config) (*Server, *httptest.Server) {
+	t.Helper()
+	s, err := New(m, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,15 +277,7 @@ func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
 // text holds it, whatever tokens spell it, and the text ends with it (the last token
 // kept whole in token_ids); a one-token stop matches that token.
 func TestTextStops(t *testing.T) {
-	s, err := New(Model{Name: "tiny", Engine: &echo{}, Tok: spaceTok{}, MaxPositions: 64, VocabSize: 512}, DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	ts := httptest.NewServer(s.Handler())
-	defer func() { ts.Close(); cancel(); <-done }()
+	_, ts := serveModel(t, Model{Name: "tiny", Engine: &echo{}, Tok: spaceTok{}, MaxPositions: 64, VocabSize: 512}, DefaultConfig())
 	// " born" in the prompt is the tokens " b", o, r, n; the stop "born" is b, o, r, n.
 	status, got := post(t, ts.URL, `{"prompt": "he was born in", "max_tokens": 12, "stop": ["born"]}`)
 	choice := got["choices"].([]any)[0].(map[string]any)
