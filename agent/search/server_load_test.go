@@ -127,8 +127,13 @@ func TestServeCutsOffStalledClients(t *testing.T) {
 // body, then stall, more of them than there are slots, do not make well-formed
 // requests answer 503 while they hold their connections.
 func TestStalledClientsHoldNoSlot(t *testing.T) {
-	cfg := ServerConfig{MaxInflight: 2, ReadTimeoutS: 30}
-	addr := serveOn(t, NewHandler(&fixed{hits: fiveHits}, cfg, nil), cfg)
+	cfg := ServerConfig{MaxInflight: 2, ReadTimeoutS: 120}
+	h := NewHandler(&fixed{hits: fiveHits}, cfg, nil)
+	var read atomic.Int64 // body bytes the handler has read, all requests together
+	addr := serveOn(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		req.Body = countedBody{req.Body, &read}
+		h.ServeHTTP(w, req)
+	}), cfg)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -145,7 +150,10 @@ func TestStalledClientsHoldNoSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // the server reads what they sent and waits for more
+	// Once as many stalled bodies as there are slots are read, a server that takes a
+	// slot before it reads the body's end holds every slot.
+	_, partial, _ := strings.Cut(stalledBodyRequest, "\r\n\r\n")
+	waitFor(t, "stalled bodies read", func() bool { return read.Load() >= int64(cfg.MaxInflight*len(partial)) })
 	for i := range 3 {
 		resp, err := http.Post("http://"+addr+"/retrieve", "application/json", strings.NewReader(`{"queries": ["q"]}`))
 		if err != nil {
@@ -155,6 +163,28 @@ func TestStalledClientsHoldNoSlot(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("request %d beside %d stalled bodies = %d %s, want 200", i, len(conns), resp.StatusCode, b)
+		}
+	}
+}
+
+// countedBody adds the bytes read from a request body to n.
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countedBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
+}
+
+// waitFor waits until cond holds, failing the test if it does not within a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
 		}
 	}
 }

@@ -225,20 +225,28 @@ func TestCompletion(t *testing.T) {
 func TestStalledClientsHoldNoSlot(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxInflight = 2
-	_, ts := newTestServer(t, &echo{}, cfg)
+	s, ts := newTestServer(t, &echo{}, cfg)
 	addr := strings.TrimPrefix(ts.URL, "http://")
-	for range 2 * cfg.MaxInflight {
+	stalled, partial := 2*cfg.MaxInflight, `{"prompt": "ab`
+	for range stalled {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		partial := "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": \"ab"
-		if _, err := io.WriteString(c, partial); err != nil {
+		head := "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+		if _, err := io.WriteString(c, head+partial); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // the server reads what they sent and waits for more
+	// Once as many stalled bodies as there are slots are read (the bodies' budget
+	// counts them), a server that takes a slot before it reads the body's end holds
+	// every slot.
+	for deadline := time.Now().Add(time.Minute); s.bodies.Used() < int64(cfg.MaxInflight*len(partial)); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled bodies not read within a minute: %d bytes read", s.bodies.Used())
+		}
+	}
 	for i := range 3 {
 		if status, got := post(t, ts.URL, `{"prompt": "abcdef", "max_tokens": 3}`); status != http.StatusOK {
 			t.Errorf("request %d beside stalled bodies = %d %v, want 200", i, status, got)
@@ -267,9 +275,10 @@ func TestEarlyRefusalReadByWholeBodyClients(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("answer %d, want 400", resp.StatusCode)
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "body is not a completion request") {
+		t.Errorf("answer %d %.200q, want a 400 saying the body is not a completion request", resp.StatusCode, msg)
 	}
 }
 
