@@ -42,7 +42,7 @@ endif
 PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/... \
 	./cmd/mempo-score ./cmd/mempo-advantage ./cmd/internal/stagecmd/score ./cmd/internal/stagecmd/advantage
 
-.PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check gpu-bundle check-gpu-bundle demo experiment libtorch fixtures clean
+.PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check gpu-bundle check-gpu-bundle demo experiment libtorch fixtures clean image
 
 all: build
 
@@ -160,6 +160,19 @@ demo: build
 experiment: build
 	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) run
 	@echo; cat runs/exp/report/results.md; echo; echo "plots: runs/exp/report/*.png"
+
+# The runtime image (Dockerfile): the binaries built against the pinned libtorch in a
+# build stage, then only they and the libtorch libraries they load, under IMAGE. Needs a
+# container engine that answers (docker, or podman with DOCKER=podman); without one it says
+# so and fails. pipelines/k8s_test.go checks the Dockerfile against cmd/ and ldd offline,
+# and builds the image and runs a stage in it where an engine answers.
+IMAGE ?= mempo:$(REVISION)
+DOCKER ?= docker
+image:
+	@command -v $(DOCKER) >/dev/null || { echo "make image: $(DOCKER) not found; install a container engine (or set DOCKER=podman)" >&2; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make image: no container engine answers ('$(DOCKER) info' fails: $$($(DOCKER) info 2>&1 >/dev/null | grep -v '^$$' | tail -n 1)); start the daemon or point DOCKER_HOST at one" >&2; exit 1; }
+	DOCKER_BUILDKIT=1 $(DOCKER) build --build-arg REVISION=$(REVISION) -t $(IMAGE) .
+	@echo "image $(IMAGE): $(DOCKER) run --rm $(IMAGE) mempo --version"
 
 clean:
 	rm -rf bin runs
