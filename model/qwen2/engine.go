@@ -50,9 +50,24 @@ type Sequence struct {
 	// far ends the sequence, as a stop string matched on the decoded text does; it
 	// finishes with FinishStop.
 	StopWhen func(tokens []int64) bool
+	// TopLogprobs asks for the k most likely tokens at every sampled position
+	// (Completion.Top), under the distribution of Completion.LogProbs.
+	TopLogprobs int
+	// PromptLogprobs asks for the log-prob of every prompt token after the first and
+	// its TopLogprobs alternatives (Completion.PromptLogProbs, PromptTop). Such a
+	// prompt is prefilled whole, never from a stored prefix, whose logits are gone.
+	PromptLogprobs bool
 	// OnToken, when set, is told each token as it is sampled, before the sequence
 	// finishes: a server streams them.
-	OnToken func(token int64)
+	OnToken func(t Token)
+}
+
+// Token is one sampled token as OnToken is told it: its id, log-prob and, when the
+// sequence asked for them, the most likely tokens at its position.
+type Token struct {
+	ID      int64
+	LogProb float32
+	Top     []sample.Logprob
 }
 
 // Finished is a sequence's completion, named by the ID Add returned.
@@ -109,7 +124,8 @@ type sequence struct {
 	limit     int     // tokens it may generate: max_tokens, or fewer near max_position_embeddings
 	stop      [][]int64
 	stopWhen  func([]int64) bool
-	onToken   func(int64)
+	onToken   func(Token)
+	topK      int // Sequence.TopLogprobs
 	key       pickKey
 	rng       *rand.Rand
 	out       Completion
@@ -209,7 +225,7 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	if err := e.m.Config.checkTokens(s.Prompt); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
-	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, onToken: s.OnToken, key: samp, rng: sample.NewRNG(s.Seed),
+	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, onToken: s.OnToken, topK: s.TopLogprobs, key: samp, rng: sample.NewRNG(s.Seed),
 		limit: min(s.Sampling.MaxNewTokens, e.m.Config.MaxPositions-len(s.Prompt))}
 	if e.prefix != nil {
 		q.ids = s.Prompt
@@ -227,9 +243,15 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 				cache.Drop()
 			}
 		}()
-		logits := e.m.lastLogits(e.prefill(s.Prompt, cache), cache, e.fs)
+		var see func(h torch.Raw)
+		if s.PromptLogprobs {
+			see = func(h torch.Raw) {
+				q.out.PromptLogProbs, q.out.PromptTop = e.m.scorePrompt(h, s.Prompt, samp.temp, s.TopLogprobs)
+			}
+		}
+		logits := e.m.lastLogitsSeeing(e.prefill(s.Prompt, cache, !s.PromptLogprobs), cache, e.fs, see)
 		tok, lp := e.sampler(0, samp).Pick(logits, q.rng)
-		if q.push(tok, lp) {
+		if q.push(tok, lp, sample.TopLogprobs(logits, samp.temp, q.topK)) {
 			e.done = append(e.done, Finished{ID: q.id, Completion: q.out})
 			if e.prefix != nil {
 				e.prefix.add(e.m.keepPast(cache, 0, slices.Repeat([]bool{true}, len(s.Prompt)), s.Prompt))
@@ -244,14 +266,18 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	return q.id, nil
 }
 
-// push appends a sampled token and reports whether the sequence has finished, by
+// push appends a sampled token, with the most likely tokens at its position when
+// the sequence asked for them, and reports whether the sequence has finished, by
 // Generate's rules.
-func (s *sequence) push(tok int, lp float64) bool {
+func (s *sequence) push(tok int, lp float64, top []sample.Logprob) bool {
 	c := &s.out
 	c.Tokens = append(c.Tokens, int64(tok))
 	c.LogProbs = append(c.LogProbs, float32(lp))
+	if s.topK > 0 {
+		c.Top = append(c.Top, top)
+	}
 	if s.onToken != nil {
-		s.onToken(int64(tok))
+		s.onToken(Token{ID: int64(tok), LogProb: float32(lp), Top: top})
 	}
 	switch {
 	case sample.Stopped(c.Tokens, s.stop), s.stopWhen != nil && s.stopWhen(c.Tokens):
@@ -330,7 +356,7 @@ func (e *Engine) step() {
 	e.pick(logits, picks)
 	live = live[:0]
 	for r, s := range e.rows {
-		if s.push(picks[r].tok, picks[r].lp) {
+		if s.push(picks[r].tok, picks[r].lp, picks[r].top) {
 			e.done = append(e.done, Finished{ID: s.id, Completion: s.out})
 			if e.prefix != nil {
 				e.prefix.add(e.m.keepPast(e.cache, r, e.valid[r], slices.Concat(s.ids, s.out.Tokens[:len(s.out.Tokens)-1])))
@@ -414,8 +440,9 @@ func (e *Engine) pick(logits []float32, picks []pick) {
 	run := func(w int) {
 		for r := w; r < len(e.rows); r += n {
 			s := e.rows[r]
-			tok, lp := e.samps[w][s.key].Pick(logits[r*vocab:(r+1)*vocab], s.rng)
-			picks[r] = pick{tok, lp}
+			row := logits[r*vocab : (r+1)*vocab]
+			tok, lp := e.samps[w][s.key].Pick(row, s.rng)
+			picks[r] = pick{tok: tok, lp: lp, top: sample.TopLogprobs(row, s.key.temp, s.topK)}
 		}
 	}
 	spread(n, run)
@@ -471,10 +498,10 @@ func (e *Engine) PrefixStats() PrefixStats {
 }
 
 // prefill lays out a sequence's prefill into its one-row cache: the whole prompt, or,
-// when a stored prefix serves its first tokens, those copied into the cache and the
-// rest of the prompt.
-func (e *Engine) prefill(prompt []int64, cache *Cache) Batch {
-	if e.prefix != nil {
+// when reuse is set and a stored prefix serves its first tokens, those copied into
+// the cache and the rest of the prompt.
+func (e *Engine) prefill(prompt []int64, cache *Cache, reuse bool) Batch {
+	if e.prefix != nil && reuse {
 		if p, n := e.prefix.best(prompt); n > 0 {
 			cache.copyPast(0, p, n)
 			cache.len = int64(n)

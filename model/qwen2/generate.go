@@ -39,7 +39,14 @@ type Completion struct {
 	// LogProbs[i] is log softmax(logits/T)[Tokens[i]] over the full vocabulary,
 	// before top-k/top-p truncation (T = 1 when greedy); see sample.Sampler.Pick.
 	LogProbs []float32
-	Finish   string
+	// Top[i] are the most likely tokens at Tokens[i]'s position under the same
+	// distribution, when an Engine's sequence asked for them (Sequence.TopLogprobs).
+	Top [][]sample.Logprob
+	// PromptLogProbs[i] is the log-prob of prompt token i+1 and PromptTop[i] the most
+	// likely tokens there, when an Engine's sequence asked (Sequence.PromptLogprobs).
+	PromptLogProbs []float32
+	PromptTop      [][]sample.Logprob
+	Finish         string
 	// Past holds the keys and values of the prompt and of every token but the last,
 	// when the request asked for it (KeepPast); the caller drops it.
 	Past *Past
@@ -295,6 +302,7 @@ func cutRuns(prompts [][]int64, order, lcp []int, c int) (run []int, n int) {
 type pick struct {
 	tok int
 	lp  float64
+	top []sample.Logprob // an Engine's row that asked for them (Sequence.TopLogprobs)
 }
 
 // pickRows samples row r of logits: [rows·vocab] with the stream of request
@@ -303,7 +311,7 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 	run := func(w, n int) {
 		for r := w; r < len(active); r += n {
 			tok, lp := samps[w].Pick(logits[r*vocab:(r+1)*vocab], rngs[active[r]])
-			picks[r] = pick{tok, lp}
+			picks[r] = pick{tok: tok, lp: lp}
 		}
 	}
 	n := min(len(samps), len(active))
@@ -344,9 +352,18 @@ func spread(n int, run func(w int)) {
 // and returns the float32 logits of each row's last real token, [rows·vocab] on the
 // host; only those rows go through the head.
 func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
+	return m.lastLogitsSeeing(b, cache, fs, nil)
+}
+
+// lastLogitsSeeing is lastLogits that first shows see, when set, the hidden states of
+// every position, [rows, width, hidden]; see keeps none of them.
+func (m *Model) lastLogitsSeeing(b Batch, cache *Cache, fs []fused, see func(h torch.Raw)) []float32 {
 	ids, pos, bias := m.inputs(b)
 	h := m.hidden(ids, pos, bias, cache, fs)
 	torch.Free(ids, pos, bias)
+	if see != nil {
+		see(h)
+	}
 	if b.Width > 1 {
 		last := make([]int64, b.Rows)
 		for r := range b.Rows {
@@ -368,4 +385,28 @@ func (m *Model) lastLogits(b Batch, cache *Cache, fs []fused) []float32 {
 	h.Free()
 	defer logits.Free()
 	return torch.ToHost[float32](logits)
+}
+
+// scorePrompt reads a one-row prefill's hidden states h: [1, len(prompt), hidden] and
+// returns the log-prob of each prompt token after the first under softmax(logits/T)
+// (T = 1 when temp is 0), with the k most likely tokens at its position
+// (sample.Score). The head runs on a chunk of positions at a time, so the prompt's
+// [len, vocab] logits never exist at once.
+func (m *Model) scorePrompt(h torch.Raw, prompt []int64, temp float64, k int) ([]float32, [][]sample.Logprob) {
+	const chunk = 256
+	n, vocab := len(prompt)-1, m.Config.VocabSize
+	lps, tops := make([]float32, 0, n), make([][]sample.Logprob, 0, n)
+	for c := 0; c < n; c += chunk {
+		w := min(chunk, n-c)
+		part := h.Narrow(1, int64(c), int64(w))
+		logits := m.logits(part)
+		host := torch.ToHost[float32](logits)
+		torch.Free(part, logits)
+		for i := range w {
+			lp, top := sample.Score(host[i*vocab:(i+1)*vocab], temp, int(prompt[c+i+1]), k)
+			lps = append(lps, float32(lp))
+			tops = append(tops, top)
+		}
+	}
+	return lps, tops
 }

@@ -348,3 +348,78 @@ func logSumExp(z []float64, m float64) float64 {
 	}
 	return m + math.Log(s)
 }
+
+// Logprob is one token's log-probability.
+type Logprob struct {
+	ID      int
+	Logprob float64
+}
+
+// TopLogprobs returns the k most likely tokens of logits with their log-probabilities
+// under the distribution Pick reports the sampled token's under: log softmax(logits/T)
+// over the whole vocabulary (T = 1 when temperature is 0), computed with Pick's
+// arithmetic so that the sampled token, when listed, has the very value Pick gave it.
+// The order is most likely first, equal values by lower id, so it is deterministic.
+func TopLogprobs(logits []float32, temperature float64, k int) []Logprob {
+	if k <= 0 {
+		return nil // no pass over the vocabulary
+	}
+	z, lse := tempered(logits, temperature)
+	return top(z, lse, k)
+}
+
+// Score returns token id's log-probability under TopLogprobs' distribution and the k
+// most likely tokens: what a prompt token gets, which was not sampled.
+func Score(logits []float32, temperature float64, id, k int) (float64, []Logprob) {
+	z, lse := tempered(logits, temperature)
+	return z[id] - lse, top(z, lse, k)
+}
+
+// tempered is logits/T as Pick computes them, and their log-sum-exp.
+func tempered(logits []float32, temperature float64) (z []float64, lse float64) {
+	t := temperature
+	if t == 0 {
+		t = 1
+	}
+	z = make([]float64, len(logits))
+	zmax := math.Inf(-1)
+	for i, l := range logits {
+		v := float64(l)
+		if t != 1 {
+			v /= t // as Pick: x/1 is skipped
+		}
+		z[i] = v
+		zmax = max(zmax, v)
+	}
+	return z, logSumExp(z, zmax)
+}
+
+// top is the k largest of z, most likely first, with z[i] - lse as log-probs.
+func top(z []float64, lse float64, k int) []Logprob {
+	k = min(k, len(z))
+	if k <= 0 {
+		return nil
+	}
+	// An insertion into the k best so far, scanned in id order: a token enters only
+	// when strictly more likely than the k-th, so equal values keep the lower id first.
+	best := make([]int, 0, k)
+	for i := range z {
+		if len(best) == k && !before(z, i, best[k-1]) {
+			continue
+		}
+		if len(best) < k {
+			best = append(best, i)
+		}
+		j := len(best) - 1
+		for j > 0 && before(z, i, best[j-1]) {
+			best[j] = best[j-1]
+			j--
+		}
+		best[j] = i
+	}
+	out := make([]Logprob, len(best))
+	for n, i := range best {
+		out[n] = Logprob{ID: i, Logprob: z[i] - lse}
+	}
+	return out
+}

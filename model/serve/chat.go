@@ -26,14 +26,15 @@ type ChatRequest struct {
 	TopK                *int            `json:"top_k,omitempty"`
 	Seed                *json.Number    `json:"seed,omitempty"`
 	Stop                json.RawMessage `json:"stop,omitempty"`
-	// Logprobs asks for the sampled tokens' log-probs; TopLogprobs must be 0 or
-	// absent (alternatives are not computed).
-	Logprobs    bool  `json:"logprobs,omitempty"`
-	TopLogprobs *int  `json:"top_logprobs,omitempty"`
-	N           *int  `json:"n,omitempty"`
-	Stream      bool  `json:"stream,omitempty"`
-	AsIDs       bool  `json:"return_tokens_as_token_ids,omitempty"`
-	TokenIDs    *bool `json:"return_token_ids,omitempty"`
+	// Logprobs asks for the sampled tokens' log-probs, and TopLogprobs (with it) for
+	// the k most likely tokens at each position.
+	Logprobs     bool    `json:"logprobs,omitempty"`
+	TopLogprobs  *int    `json:"top_logprobs,omitempty"`
+	StopTokenIDs []int64 `json:"stop_token_ids,omitempty"`
+	N            *int    `json:"n,omitempty"`
+	Stream       bool    `json:"stream,omitempty"`
+	AsIDs        bool    `json:"return_tokens_as_token_ids,omitempty"`
+	TokenIDs     *bool   `json:"return_token_ids,omitempty"`
 	// The vLLM extras a client sends; this server already answers as they ask.
 	IncludeStop       *bool `json:"include_stop_str_in_output,omitempty"`
 	SkipSpecialTokens *bool `json:"skip_special_tokens,omitempty"`
@@ -86,7 +87,7 @@ type ChatChoice struct {
 	Message      ChatMessageOut `json:"message"`
 	Logprobs     *ChatLogprobs  `json:"logprobs"`
 	FinishReason string         `json:"finish_reason"`
-	StopReason   *string        `json:"stop_reason"`
+	StopReason   any            `json:"stop_reason"`
 	TokenIDs     []int32        `json:"token_ids,omitempty"`
 }
 
@@ -101,12 +102,20 @@ type ChatLogprobs struct {
 	Content []ChatTokenLogprob `json:"content"`
 }
 
-// ChatTokenLogprob is one sampled token's log-prob; TopLogprobs is always empty.
+// ChatTokenLogprob is one sampled token's log-prob and the most likely tokens at its
+// position (empty unless top_logprobs asked for them).
 type ChatTokenLogprob struct {
-	Token       string            `json:"token"`
-	Logprob     float64           `json:"logprob"`
-	Bytes       []int             `json:"bytes"`
-	TopLogprobs []json.RawMessage `json:"top_logprobs"`
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
+}
+
+// ChatTopLogprob is one of the most likely tokens at a position.
+type ChatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // chat answers POST /v1/chat/completions.
@@ -130,7 +139,7 @@ func (s *Server) chat(w http.ResponseWriter, req *http.Request) {
 		}
 		resp, ok, e := s.generate(w, req, c, true)
 		if ok {
-			writeJSON(w, http.StatusOK, s.chatResponse(resp))
+			writeJSON(w, http.StatusOK, s.chatResponse(resp, c))
 		}
 		return e
 	})
@@ -142,8 +151,15 @@ func (s *Server) completionOf(in ChatRequest) (CompletionRequest, *refusal) {
 	if len(in.Messages) == 0 {
 		return CompletionRequest{}, refuse(http.StatusBadRequest, `"messages" is empty`)
 	}
-	if in.TopLogprobs != nil && *in.TopLogprobs != 0 {
-		return CompletionRequest{}, refuse(http.StatusBadRequest, "top_logprobs %d is not supported: the server computes the sampled tokens' log-probs only; want 0", *in.TopLogprobs)
+	k := 0
+	if in.TopLogprobs != nil {
+		k = *in.TopLogprobs
+	}
+	switch {
+	case k < 0 || k > MaxLogprobs:
+		return CompletionRequest{}, refuse(http.StatusBadRequest, "top_logprobs %d: want 0..%d", k, MaxLogprobs)
+	case k > 0 && !in.Logprobs:
+		return CompletionRequest{}, refuse(http.StatusBadRequest, "top_logprobs %d needs \"logprobs\": true", k)
 	}
 	msgs := make([]bpe.Message, len(in.Messages))
 	for i, m := range in.Messages {
@@ -162,34 +178,25 @@ func (s *Server) completionOf(in ChatRequest) (CompletionRequest, *refusal) {
 	}
 	p, _ := json.Marshal(prompt)
 	c := CompletionRequest{Model: in.Model, Prompt: p, MaxTokens: in.MaxTokens, Temperature: in.Temperature, TopP: in.TopP,
-		TopK: in.TopK, Seed: in.Seed, Stop: in.Stop, N: in.N, Stream: in.Stream, AsIDs: in.AsIDs}
+		TopK: in.TopK, Seed: in.Seed, Stop: in.Stop, StopTokenIDs: in.StopTokenIDs, N: in.N, Stream: in.Stream, AsIDs: in.AsIDs}
 	if in.MaxCompletionTokens != nil {
 		c.MaxTokens = in.MaxCompletionTokens
 	}
 	if in.Logprobs {
-		zero := 0
-		c.Logprobs = &zero
+		c.Logprobs = &k
 	}
 	return c, nil
 }
 
-// chatResponse is a completion's answer in the chat layout.
-func (s *Server) chatResponse(r CompletionResponse) ChatResponse {
+// chatResponse is a completion's answer to request in, in the chat layout.
+func (s *Server) chatResponse(r CompletionResponse, in CompletionRequest) ChatResponse {
 	out := ChatResponse{ID: "chatcmpl-" + strings.TrimPrefix(r.ID, "cmpl-"), Object: "chat.completion", Created: r.Created,
 		Model: r.Model, Usage: r.Usage}
 	for _, c := range r.Choices {
 		cc := ChatChoice{Index: c.Index, Message: ChatMessageOut{Role: "assistant", Content: c.Text},
 			FinishReason: c.FinishReason, StopReason: c.StopReason, TokenIDs: c.TokenIDs}
 		if c.Logprobs != nil {
-			cc.Logprobs = &ChatLogprobs{Content: make([]ChatTokenLogprob, len(c.Logprobs.Tokens))}
-			for i, tok := range c.Logprobs.Tokens {
-				b := make([]int, len(tok))
-				for k := range len(tok) {
-					b[k] = int(tok[k])
-				}
-				cc.Logprobs.Content[i] = ChatTokenLogprob{Token: tok, Logprob: *c.Logprobs.TokenLogprobs[i], Bytes: b,
-					TopLogprobs: []json.RawMessage{}}
-			}
+			cc.Logprobs = chatLogprobs(c.Logprobs, *in.Logprobs)
 		}
 		out.Choices = append(out.Choices, cc)
 	}

@@ -36,7 +36,8 @@ func TestChatCompletions(t *testing.T) {
 	}
 
 	for _, tt := range []struct{ body, names string }{
-		{`{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}`, "top_logprobs"},
+		{`{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}`, "top_logprobs 2 needs"},
+		{`{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}`, "top_logprobs 21"},
 		{`{"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 1}`, "presence_penalty"},
 		{`{"messages": [{"role": "user", "content": "hi"}], "tools": []}`, "tools"},
 		{`{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}`, "image_url"},

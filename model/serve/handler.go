@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -159,10 +160,8 @@ func (s *Server) generate(w http.ResponseWriter, req *http.Request, in Completio
 	if e != nil {
 		return CompletionResponse{}, false, e
 	}
-	if in.Stream {
-		if e := streamed(in, jobs); e != nil {
-			return CompletionResponse{}, false, e
-		}
+	if in.Stream && in.Echo {
+		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "echo with stream is not supported; leave one out")
 	}
 	if len(jobs) > s.cfg.MaxInflight {
 		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "%d completions (n x prompts), at most %d (--max-inflight)", len(jobs), s.cfg.MaxInflight)
@@ -176,7 +175,7 @@ func (s *Server) generate(w http.ResponseWriter, req *http.Request, in Completio
 		s.queue <- j // room: the queue holds as many jobs as there are slots
 	}
 	if in.Stream {
-		return CompletionResponse{}, false, s.stream(w, req, in, jobs[0], chat)
+		return CompletionResponse{}, false, s.stream(ctx, w, req, in, jobs, chat)
 	}
 	results := make([]qwen2.Completion, len(jobs))
 	for i, j := range jobs {
@@ -237,10 +236,8 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 		return nil, refuse(http.StatusBadRequest, "n %d: want 1 or more", n)
 	case in.BestOf != nil && *in.BestOf != n:
 		return nil, refuse(http.StatusBadRequest, "best_of %d is not supported; want it equal to n (%d), or leave it out", *in.BestOf, n)
-	case in.Echo:
-		return nil, refuse(http.StatusBadRequest, "echo is not supported")
-	case in.Logprobs != nil && *in.Logprobs < 0:
-		return nil, refuse(http.StatusBadRequest, "logprobs %d: want 0 or more", *in.Logprobs)
+	case in.Logprobs != nil && (*in.Logprobs < 0 || *in.Logprobs > MaxLogprobs):
+		return nil, refuse(http.StatusBadRequest, "logprobs %d: want 0..%d", *in.Logprobs, MaxLogprobs)
 	}
 	prompts, e := s.prompts(in.Prompt)
 	if e != nil {
@@ -268,6 +265,12 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	}
 	var texts []string
 	cfg.Stop, texts = s.splitStops(stops)
+	for _, id := range in.StopTokenIDs {
+		if id < 0 || id >= int64(s.m.VocabSize) {
+			return nil, refuse(http.StatusBadRequest, "stop_token_ids: id %d outside the vocabulary of %d", id, s.m.VocabSize)
+		}
+		cfg.Stop = append(cfg.Stop, []int64{id})
+	}
 	stopWhen := s.textStop(texts)
 	if math.IsInf(cfg.Temperature, 0) {
 		return nil, refuse(http.StatusBadRequest, "temperature %v: want a finite temperature >= 0", cfg.Temperature)
@@ -282,14 +285,20 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 			return nil, refuse(http.StatusBadRequest, "seed %s: want an integer within 64 bits", *in.Seed)
 		}
 	}
+	k := 0
+	if in.Logprobs != nil {
+		k = *in.Logprobs
+	}
 	var out []*job
+	wake := make(chan struct{}, 1) // a streamed request's, shared by its jobs
 	for _, p := range prompts {
 		for i := range n {
-			j := &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen},
+			j := &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen,
+				TopLogprobs: k, PromptLogprobs: in.Echo && in.Logprobs != nil},
 				done: make(chan result, 1), arrived: s.now()}
 			if in.Stream {
-				j.tokens = make(chan int64, cfg.MaxNewTokens)
-				j.seq.OnToken = j.onToken
+				j.feed = &feed{wake: wake}
+				j.seq.OnToken = j.feed.add
 			}
 			out = append(out, j)
 		}
@@ -451,7 +460,7 @@ func (s *Server) response(in CompletionRequest, jobs []*job, cs []qwen2.Completi
 	}
 	r := CompletionResponse{ID: "cmpl-" + randomID(), Object: "text_completion", Created: s.now().Unix(), Model: s.m.Name}
 	for i, c := range cs {
-		choice := s.choice(in, c)
+		choice := s.choice(in, jobs[i].seq.Prompt, c)
 		choice.Index = i
 		r.Choices = append(r.Choices, choice)
 		r.Usage.CompletionTokens += len(c.Tokens)
@@ -463,10 +472,10 @@ func (s *Server) response(in CompletionRequest, jobs []*job, cs []qwen2.Completi
 	return r
 }
 
-// choice is one completion in vLLM's layout. The text keeps the stop string (vLLM's
-// include_stop_str_in_output): a rollout records the closing tag. A log-prob that is
-// not finite is written as -9999, as vLLM does, JSON having no infinity.
-func (s *Server) choice(in CompletionRequest, c qwen2.Completion) Choice {
+// choice is completion c of prompt in vLLM's layout. The text keeps the stop string
+// (vLLM's include_stop_str_in_output): a rollout records the closing tag. Under echo
+// the prompt's text comes first.
+func (s *Server) choice(in CompletionRequest, prompt []int64, c qwen2.Completion) Choice {
 	ids := make([]int32, len(c.Tokens))
 	for i, t := range c.Tokens {
 		ids[i] = int32(t)
@@ -474,43 +483,40 @@ func (s *Server) choice(in CompletionRequest, c qwen2.Completion) Choice {
 	text := strings.ToValidUTF8(s.m.Tok.Decode(ids), "\uFFFD")
 	choice := Choice{Text: text, FinishReason: c.Finish, TokenIDs: ids}
 	if c.Finish == qwen2.FinishStop {
-		stops, _ := s.stops(in.Stop)
-		for _, st := range stops {
-			one := s.m.Tok.Encode(st)
-			if len(one) == 1 && sample.Stopped(c.Tokens, [][]int64{qwen2.Tokens(one)}) {
-				choice.StopReason = &st
-				break
-			}
-			// A text stop: the text ends where the stop string does, as vLLM's, though the
-			// last token may run on; token_ids keep that token whole.
-			if i := strings.Index(text, st); i >= 0 && len(one) != 1 {
-				choice.StopReason, choice.Text = &st, text[:i+len(st)]
-				break
-			}
+		choice.StopReason, choice.Text = s.stopReason(in, c.Tokens, text)
+	}
+	if in.Echo {
+		p := make([]int32, len(prompt))
+		for i, t := range prompt {
+			p[i] = int32(t)
 		}
+		choice.Text = strings.ToValidUTF8(s.m.Tok.Decode(p), "\uFFFD") + choice.Text
 	}
 	if in.Logprobs != nil {
-		lp := &Logprobs{Tokens: make([]string, len(ids)), TokenLogprobs: make([]*float64, len(ids)),
-			TopLogprobs: make([]json.RawMessage, len(ids)), TextOffset: make([]int, len(ids))}
-		off := 0
-		for i, id := range ids {
-			if in.AsIDs {
-				lp.Tokens[i] = TokenAsID(id)
-			} else {
-				lp.Tokens[i] = strings.ToValidUTF8(s.m.Tok.Decode(ids[i:i+1]), "\uFFFD")
-			}
-			v := float64(c.LogProbs[i]) // exact: a float32 widened
-			if math.IsInf(v, 0) || math.IsNaN(v) {
-				v = -9999
-			}
-			lp.TokenLogprobs[i] = &v
-			lp.TopLogprobs[i] = json.RawMessage("null")
-			lp.TextOffset[i] = off
-			off += len(lp.Tokens[i])
-		}
-		choice.Logprobs = lp
+		choice.Logprobs = s.logprobs(in, prompt, c)
 	}
 	return choice
+}
+
+// stopReason is what ended a stopped completion of tokens and text: a stop token id
+// (vLLM reports it as the number), a one-token stop string, or a text stop, where the
+// text then ends as vLLM's does, though the last token may run on (token_ids keep it
+// whole).
+func (s *Server) stopReason(in CompletionRequest, tokens []int64, text string) (any, string) {
+	if last := tokens[len(tokens)-1]; slices.Contains(in.StopTokenIDs, last) {
+		return last, text
+	}
+	stops, _ := s.stops(in.Stop)
+	for _, st := range stops {
+		one := s.m.Tok.Encode(st)
+		if len(one) == 1 && sample.Stopped(tokens, [][]int64{qwen2.Tokens(one)}) {
+			return st, text
+		}
+		if i := strings.Index(text, st); i >= 0 && len(one) != 1 {
+			return st, text[:i+len(st)]
+		}
+	}
+	return nil, text
 }
 
 func randomID() string {

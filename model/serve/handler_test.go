@@ -105,7 +105,14 @@ func (e *echo) Add(s qwen2.Sequence) (int, error) {
 		e.seqs = map[int]*echoSeq{}
 	}
 	e.next++
-	e.seqs[e.next] = &echoSeq{seq: s}
+	r := &echoSeq{seq: s}
+	if s.PromptLogprobs {
+		for i := range len(s.Prompt) - 1 {
+			r.out.PromptLogProbs = append(r.out.PromptLogProbs, -float32(i+1)/8)
+			r.out.PromptTop = append(r.out.PromptTop, echoTop(s.Prompt[i+1], -float64(i+1)/8, s.TopLogprobs))
+		}
+	}
+	e.seqs[e.next] = r
 	e.order = append(e.order, e.next)
 	e.added = append(e.added, s)
 	return e.next, nil
@@ -138,10 +145,16 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 		}
 		step = append(step, r.seq.Prompt[0])
 		c, cfg := &r.out, r.seq.Sampling
-		c.Tokens = append(c.Tokens, r.seq.Prompt[len(c.Tokens)%len(r.seq.Prompt)])
+		tok := r.seq.Prompt[len(c.Tokens)%len(r.seq.Prompt)]
+		c.Tokens = append(c.Tokens, tok)
 		c.LogProbs = append(c.LogProbs, -float32(len(c.Tokens))/4)
+		var top []sample.Logprob
+		if k := r.seq.TopLogprobs; k > 0 {
+			top = echoTop(tok+1, float64(c.LogProbs[len(c.LogProbs)-1])+1, k)
+			c.Top = append(c.Top, top)
+		}
 		if r.seq.OnToken != nil {
-			r.seq.OnToken(c.Tokens[len(c.Tokens)-1])
+			r.seq.OnToken(qwen2.Token{ID: tok, LogProb: c.LogProbs[len(c.LogProbs)-1], Top: top})
 		}
 		switch {
 		case sample.Stopped(c.Tokens, cfg.Stop), r.seq.StopWhen != nil && r.seq.StopWhen(c.Tokens):
@@ -158,6 +171,15 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 	e.order = order
 	e.steps = append(e.steps, step)
 	return done, nil
+}
+
+// echoTop is k alternatives of the echo engine: id, id+1, … at log-probs lp, lp-1, ….
+func echoTop(id int64, lp float64, k int) []sample.Logprob {
+	var top []sample.Logprob
+	for i := range k {
+		top = append(top, sample.Logprob{ID: int(id) + i, Logprob: lp - float64(i)})
+	}
+	return top
 }
 
 func newTestServer(t *testing.T, eng Engine, cfg Config) (*Server, *httptest.Server) {
@@ -388,8 +410,9 @@ func TestRefusals(t *testing.T) {
 		{"n", `{"prompt": [1], "n": 0}`, "n 0", 400},
 		{"best_of", `{"prompt": [1], "n": 2, "best_of": 3}`, "best_of 3", 400},
 		{"more completions than slots", `{"prompt": [[1], [2]], "n": 200}`, "--max-inflight", 400},
-		{"stream of several", `{"prompt": [1], "n": 2, "stream": true}`, "stream with n > 1", 400},
-		{"stream with logprobs", `{"prompt": [1], "logprobs": 0, "stream": true}`, "logprobs with stream", 400},
+		{"echo with stream", `{"prompt": [1], "echo": true, "stream": true}`, "echo with stream", 400},
+		{"logprobs", `{"prompt": [1], "logprobs": 21}`, "logprobs 21: want 0..20", 400},
+		{"stop_token_ids", `{"prompt": [1], "stop_token_ids": [3, 256]}`, "stop_token_ids: id 256 outside", 400},
 		{"seed", `{"prompt": [1], "seed": 1.5}`, "seed", 400},
 		{"model", `{"model": "other", "prompt": [1]}`, "`other` does not exist", 404},
 	} {

@@ -28,7 +28,6 @@ var neutral = map[string][]string{
 	"suffix":                 {`""`},
 	"ignore_eos":             {"false"},
 	"use_beam_search":        {"false"},
-	"stop_token_ids":         {"[]"},
 	"bad_words":              {"[]"},
 	"allowed_token_ids":      {"[]"},
 	"guided_json":            {},

@@ -147,8 +147,8 @@ type job struct {
 	// arrived is when its request was read; start is when the job joined the batch,
 	// its prompt prefilled and its first token sampled.
 	arrived, start time.Time
-	// tokens receives every sampled token of a streamed job (stream.go); nil otherwise.
-	tokens chan int64
+	// feed holds every sampled token of a streamed job (stream.go); nil otherwise.
+	feed *feed
 }
 
 type result struct {

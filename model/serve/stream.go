@@ -1,18 +1,23 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/mempo/mempo/model/qwen2"
 )
 
 // A streamed request ("stream": true) is answered with server-sent events as the
-// OpenAI API sends them: one "data: {chunk}" event per new piece of text, the last
-// chunk with the finish and stop reasons, then "data: [DONE]". One completion of one
-// prompt is streamed; the sampled tokens and their text are those of the same request
-// unstreamed.
+// OpenAI API sends them: "data: {chunk}" events, each the next piece of one choice's
+// text (its "index" says which: n per prompt, in prompt order, as unstreamed), with
+// that text's tokens' log-probs when asked for, the last chunk of a choice with its
+// finish and stop reasons, then "data: [DONE]". The sampled tokens, text and
+// log-probs are those of the same request unstreamed.
 
 // CompletionChunk is one event of a streamed /v1/completions answer.
 type CompletionChunk struct {
@@ -23,12 +28,14 @@ type CompletionChunk struct {
 	Choices []ChunkChoice `json:"choices"`
 }
 
-// ChunkChoice is the text a chunk adds; the last chunk has the finish reason.
+// ChunkChoice is the text a chunk adds to choice Index, with its tokens' log-probs
+// when asked for; a choice's last chunk has its finish reason.
 type ChunkChoice struct {
-	Index        int     `json:"index"`
-	Text         string  `json:"text"`
-	FinishReason *string `json:"finish_reason"`
-	StopReason   *string `json:"stop_reason"`
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *Logprobs `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+	StopReason   any       `json:"stop_reason"`
 }
 
 // ChatChunk is one event of a streamed /v1/chat/completions answer.
@@ -40,34 +47,72 @@ type ChatChunk struct {
 	Choices []ChatChunkChoice `json:"choices"`
 }
 
-// ChatChunkChoice is the message delta a chunk adds.
+// ChatChunkChoice is the message delta a chunk adds to choice Index.
 type ChatChunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        ChatDelta `json:"delta"`
-	FinishReason *string   `json:"finish_reason"`
-	StopReason   *string   `json:"stop_reason"`
+	Index        int           `json:"index"`
+	Delta        ChatDelta     `json:"delta"`
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+	StopReason   any           `json:"stop_reason"`
 }
 
-// ChatDelta is the role, in the first chunk, or the content's next piece.
+// ChatDelta is the role, in a choice's first chunk, or the content's next piece.
 type ChatDelta struct {
 	Role    string `json:"role,omitempty"`
 	Content string `json:"content,omitempty"`
 }
 
-// streamed checks that a streamed request asks for what streaming serves.
-func streamed(in CompletionRequest, jobs []*job) *refusal {
-	switch {
-	case len(jobs) != 1:
-		return refuse(http.StatusBadRequest, "stream with n > 1 or several prompts is not supported; send one request per completion")
-	case in.Logprobs != nil:
-		return refuse(http.StatusBadRequest, "logprobs with stream is not supported; leave one out")
-	}
-	return nil
+// feed holds what a streamed job's engine hook has sampled, for the handler to read:
+// the engine appends without waiting (the scheduler never waits for a client) and
+// wakes the handler.
+type feed struct {
+	mu     sync.Mutex
+	tokens []qwen2.Token
+	wake   chan struct{} // buffered 1, shared by a request's jobs
 }
 
-// stream sends j's tokens as server-sent events while it generates: text in the
+func (f *feed) add(t qwen2.Token) {
+	f.mu.Lock()
+	f.tokens = append(f.tokens, t)
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// since is the tokens from the from-th on.
+func (f *feed) since(from int) []qwen2.Token {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]qwen2.Token(nil), f.tokens[min(from, len(f.tokens)):]...)
+}
+
+// streamer sends a streamed request's events.
+type streamer struct {
+	s       *Server
+	w       http.ResponseWriter
+	flusher http.Flusher
+	in      CompletionRequest
+	chat    bool
+	id      string
+	created int64
+	texts   bool // stop strings matched on the text: a choice's last token is held
+}
+
+// choiceStream is what one choice has sent so far.
+type choiceStream struct {
+	index int
+	ids   []int32
+	lps   []qwen2.Token
+	text  int // bytes of text sent
+	toks  int // tokens whose log-probs were sent
+	lp    *lpWriter
+}
+
+// stream sends jobs' tokens as server-sent events while they generate: text in the
 // completions layout, or as chat deltas when chat is set.
-func (s *Server) stream(w http.ResponseWriter, req *http.Request, in CompletionRequest, j *job, chat bool) *refusal {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *http.Request, in CompletionRequest, jobs []*job, chat bool) *refusal {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		return refuse(http.StatusInternalServerError, "streaming is not supported by this connection")
@@ -75,69 +120,127 @@ func (s *Server) stream(w http.ResponseWriter, req *http.Request, in CompletionR
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	id, created := randomID(), s.now().Unix()
-	send := func(text string, finish, stop *string, first bool) {
-		var chunk any
-		if chat {
-			d := ChatDelta{Content: text}
-			if first {
-				d.Role = "assistant"
-			}
-			chunk = ChatChunk{ID: "chatcmpl-" + id, Object: "chat.completion.chunk", Created: created, Model: s.m.Name,
-				Choices: []ChatChunkChoice{{Delta: d, FinishReason: finish, StopReason: stop}}}
-		} else {
-			chunk = CompletionChunk{ID: "cmpl-" + id, Object: "text_completion", Created: created, Model: s.m.Name,
-				Choices: []ChunkChoice{{Text: text, FinishReason: finish, StopReason: stop}}}
-		}
-		b, _ := json.Marshal(chunk)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		flusher.Flush()
-	}
-	if chat {
-		send("", nil, nil, true)
-	}
-	// Text is sent as far as it is final: whole characters, and, when stop strings
-	// are matched on the text, not the last token's, which a stop may cut.
 	stops, _ := s.stops(in.Stop)
 	_, texts := s.splitStops(stops)
-	var ids []int32
-	sent := 0
-	add := func(tok int64) {
-		ids = append(ids, int32(tok))
-		upto := ids
-		if len(texts) > 0 {
-			upto = ids[:len(ids)-1]
+	st := &streamer{s: s, w: w, flusher: flusher, in: in, chat: chat, id: randomID(), created: s.now().Unix(), texts: len(texts) > 0}
+	choices := make([]*choiceStream, len(jobs))
+	for i := range jobs {
+		choices[i] = &choiceStream{index: i}
+		if in.Logprobs != nil {
+			choices[i].lp = s.lpWriter(in)
 		}
-		if text := wholeChars(s.m.Tok.Decode(upto)); len(text) > sent {
-			send(text[sent:], nil, nil, false)
-			sent = len(text)
+		if chat {
+			st.send(i, ChatDelta{Role: "assistant"}, nil, nil, nil)
 		}
 	}
-	for {
+	finished := waitAll(ctx, jobs)
+	for open := len(jobs); open > 0; {
 		select {
-		case tok := <-j.tokens:
-			add(tok)
-		case r := <-j.done:
-			if r.err != nil {
+		case <-jobs[0].feed.wake:
+			for i, j := range jobs {
+				st.advance(choices[i], j.feed.since(len(choices[i].ids)))
+			}
+		case f := <-finished:
+			if f.r.err != nil {
 				// The status is sent; the stream ends with the error as its last event.
-				b, _ := json.Marshal(ErrorResponse{Error: ErrorBody{Message: r.err.Error(), Type: "InternalServerError", Code: http.StatusInternalServerError}})
+				b, _ := json.Marshal(ErrorResponse{Error: ErrorBody{Message: f.r.err.Error(), Type: "InternalServerError", Code: http.StatusInternalServerError}})
 				fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
 				flusher.Flush()
 				return nil
 			}
-			for len(j.tokens) > 0 { // tokens told before the finish, not yet sent
-				add(<-j.tokens)
-			}
-			c := s.choice(in, r.c)
-			finish := c.FinishReason
-			send(c.Text[min(sent, len(c.Text)):], &finish, c.StopReason, false)
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			flusher.Flush()
-			return nil
+			st.finish(choices[f.i], jobs[f.i], f.r.c)
+			open--
 		case <-req.Context().Done():
-			return nil // the client left; the scheduler drops the job
+			return nil // the client left; the scheduler drops the jobs
 		}
 	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	flusher.Flush()
+	return nil
+}
+
+// doneJob is job i's result.
+type doneJob struct {
+	i int
+	r result
+}
+
+// waitAll reports each job's result as it arrives, until ctx is done.
+func waitAll(ctx context.Context, jobs []*job) <-chan doneJob {
+	out := make(chan doneJob, len(jobs))
+	for i, j := range jobs {
+		go func() {
+			select {
+			case r := <-j.done:
+				out <- doneJob{i, r}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
+}
+
+// advance takes a choice's new tokens and sends the text that is final (whole
+// characters and, when stops are matched on the text, not the last token's, which a
+// stop may cut), with the log-probs of the tokens it covers.
+func (st *streamer) advance(c *choiceStream, toks []qwen2.Token) {
+	if len(toks) == 0 {
+		return
+	}
+	for _, t := range toks {
+		c.ids = append(c.ids, int32(t.ID))
+		c.lps = append(c.lps, t)
+	}
+	upto := c.ids
+	if st.texts {
+		upto = c.ids[:len(c.ids)-1]
+	}
+	text := wholeChars(st.s.m.Tok.Decode(upto))
+	var lp *Logprobs
+	if c.lp != nil && len(upto) > c.toks {
+		lp = newLogprobs()
+		for _, t := range c.lps[c.toks:len(upto)] {
+			c.lp.add(lp, int32(t.ID), &t.LogProb, t.Top)
+		}
+		c.toks = len(upto)
+	}
+	if len(text) > c.text || lp != nil {
+		st.send(c.index, ChatDelta{Content: text[min(c.text, len(text)):]}, lp, nil, nil)
+		c.text = max(c.text, len(text))
+	}
+}
+
+// finish sends a choice's last chunk: the rest of its text and log-probs, and its
+// finish and stop reasons.
+func (st *streamer) finish(c *choiceStream, j *job, done qwen2.Completion) {
+	st.advance(c, j.feed.since(len(c.ids))) // tokens told before the finish, not yet read
+	ch := st.s.choice(st.in, j.seq.Prompt, done)
+	var lp *Logprobs
+	if c.lp != nil {
+		lp = newLogprobs()
+		c.lp.addGenerated(lp, done, c.toks)
+	}
+	finish := ch.FinishReason
+	st.send(c.index, ChatDelta{Content: ch.Text[min(c.text, len(ch.Text)):]}, lp, &finish, ch.StopReason)
+}
+
+// send writes one chunk of choice index.
+func (st *streamer) send(index int, d ChatDelta, lp *Logprobs, finish *string, stop any) {
+	var chunk any
+	if st.chat {
+		var clp *ChatLogprobs
+		if lp != nil {
+			clp = chatLogprobs(lp, *st.in.Logprobs)
+		}
+		chunk = ChatChunk{ID: "chatcmpl-" + st.id, Object: "chat.completion.chunk", Created: st.created, Model: st.s.m.Name,
+			Choices: []ChatChunkChoice{{Index: index, Delta: d, Logprobs: clp, FinishReason: finish, StopReason: stop}}}
+	} else {
+		chunk = CompletionChunk{ID: "cmpl-" + st.id, Object: "text_completion", Created: st.created, Model: st.s.m.Name,
+			Choices: []ChunkChoice{{Index: index, Text: d.Content, Logprobs: lp, FinishReason: finish, StopReason: stop}}}
+	}
+	b, _ := json.Marshal(chunk)
+	fmt.Fprintf(st.w, "data: %s\n\n", b)
+	st.flusher.Flush()
 }
 
 // wholeChars is raw text without a trailing partial UTF-8 character, its invalid bytes
@@ -153,7 +256,3 @@ func wholeChars(raw string) string {
 	}
 	return strings.ToValidUTF8(raw, "\uFFFD")
 }
-
-// onToken is the engine's hook that hands a streamed job its tokens; the buffer holds
-// every token the job may generate, so the engine never waits for the client.
-func (j *job) onToken(tok int64) { j.tokens <- tok }

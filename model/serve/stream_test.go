@@ -53,7 +53,7 @@ func TestStream(t *testing.T) {
 		last = c.Choices[0]
 	}
 	if text.String() != want["text"] || last.FinishReason == nil || *last.FinishReason != want["finish_reason"] ||
-		last.StopReason == nil || *last.StopReason != "the" {
+		last.StopReason != "the" {
 		t.Errorf("streamed %q finished %v (stop %v), want %q finished %v by the", text.String(), last.FinishReason, last.StopReason,
 			want["text"], want["finish_reason"])
 	}
