@@ -7,7 +7,7 @@
 #   bin/      mempo built against the pinned torch 2.11.0 wheel's CUDA libraries (the
 #             LIBTORCH_CUDA=1 link kit), the stage names as symlinks to it, CODE_VERSION
 #   tests/    the test binaries of the parity tests and benchmarks (model/qwen2, train,
-#             stages/update)
+#             stages/update) and of the CUDA collectives (train/collective: NCCL)
 #   build/    the check's scripts, build/libtorch.sh, check_cuda_build.sh, compare.py
 #   pipelines/ the make files and protocol of the demo iteration
 #   gpu-check.sh, REVISION, GLIBC (the oldest glibc the binaries run on)
@@ -38,7 +38,7 @@ for s in rollout score logprob advantage update; do
   ln -s mempo "$d/bin/mempo-$s"
 done
 echo "$rev" >"$d/bin/CODE_VERSION" # pipelines/mempo.mk's prerequisite of every stage
-build/go.sh test -c -vet=off -ldflags "-w -s" -o "$d/tests/" ./model/qwen2/ ./train/ ./stages/update/
+build/go.sh test -c -vet=off -ldflags "-w -s" -o "$d/tests/" ./model/qwen2/ ./train/ ./stages/update/ ./train/collective/
 
 cp build/gpu_check/bundle.sh "$d/gpu-check.sh"
 cp build/gpu_check/run.sh build/gpu_check/sections.sh build/gpu_check/report.sh "$d/build/gpu_check/"

@@ -93,7 +93,7 @@ section_build() {
   # One go command per output, side by side: the first build compiles gotch's wrapper
   # against this libtorch once per process, in parallel on a many-core machine.
   # (vet is make test's; here it only costs time.)
-  "$ROOT/build/go.sh" test -c -vet=off -o "$tests/" ./model/qwen2/ ./train/ ./stages/update/ >"$WORK/build-tests.txt" 2>&1 &
+  "$ROOT/build/go.sh" test -c -vet=off -o "$tests/" ./model/qwen2/ ./train/ ./stages/update/ ./train/collective/ >"$WORK/build-tests.txt" 2>&1 &
   local tpid=$!
   if cuda; then
     make --no-print-directory build CUDA=1 >"$WORK/build-bin.txt" 2>&1 &
@@ -111,7 +111,7 @@ section_build() {
   cat "$WORK/build-tests.txt"
   echo "== make build (exit $brc)"
   cat "$WORK/build-bin.txt"
-  if ((trc == 0)) && [[ -x $tests/qwen2.test && -x $tests/train.test && -x $tests/update.test ]]; then
+  if ((trc == 0)) && [[ -x $tests/qwen2.test && -x $tests/train.test && -x $tests/update.test && -x $tests/collective.test ]]; then
     echo "$tests" >"$STATE/tests.path"
   else
     bad+=("go test -c (parity, bench)")
@@ -135,7 +135,7 @@ section_build() {
 # a stage with --device cuda and every GPU hidden stops with the no-device error.
 prebuilt() {
   local pre=$GPU_CHECK_PREBUILT t bad=() ver
-  for t in qwen2 train update; do
+  for t in qwen2 train update collective; do
     [[ -x $pre/tests/$t.test ]] || bad+=("no $pre/tests/$t.test")
     if ldd "$pre/tests/$t.test" | grep 'not found'; then bad+=("$t.test: libraries not found"); fi
   done
@@ -155,7 +155,7 @@ prebuilt() {
 # read no testdata).
 pkg_dir() {
   local dir
-  case $1 in qwen2) dir=model/qwen2 ;; train) dir=train ;; update) dir=stages/update ;; esac
+  case $1 in qwen2) dir=model/qwen2 ;; train) dir=train ;; update) dir=stages/update ;; collective) dir=train/collective ;; esac
   if [[ -d $ROOT/$dir ]]; then
     echo "$ROOT/$dir"
   else
@@ -184,11 +184,13 @@ section_parity() {
   local p2=$!
   wait $p1 || rc=1
   wait $p2 || rc=1
-  cat "$log/qwen2.txt" "$log/train.txt"
+  # The collectives of CUDA tensors (NCCL), one rank a GPU, after the parity tests.
+  parity_run collective '(TestCUDA|TestNCCL)' >"$log/collective.txt" 2>&1 || rc=1
+  cat "$log/qwen2.txt" "$log/train.txt" "$log/collective.txt"
   local n bad
   n=$(cat "$log/qwen2.txt" "$log/train.txt" | grep -c '^ *parity_device_test.go:[0-9]*: parity .*: \(ok\|FAIL\)$')
   bad=$(cat "$log/qwen2.txt" "$log/train.txt" | grep -c '^ *parity_device_test.go:[0-9]*: parity .*: FAIL$')
-  parity_table "$log/qwen2.txt" "$log/train.txt" >"$STATE/parity.md"
+  parity_table "$log/qwen2.txt" "$log/train.txt" "$log/collective.txt" >"$STATE/parity.md"
   if grep -q -- '--- SKIP: TestDeviceParity' "$log/qwen2.txt" "$log/train.txt"; then
     skip "$(grep -h -A1 -- '--- SKIP: TestDeviceParity' "$log/qwen2.txt" | tail -1 | sed 's/^ *//')"
   fi

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
@@ -85,6 +86,15 @@ func Device(name string) (gotch.Device, error) {
 	return gotch.CudaBuilder(uint(idx)), nil
 }
 
+// localCUDA is the index "cuda" names: 0, or this rank's GPU (UseLocalCUDA).
+var localCUDA atomic.Int32
+
+// UseLocalCUDA makes --device cuda mean cuda:idx in this process: a rank of a training
+// run that a launcher started several of on one machine takes the GPU of its local
+// rank (torchrun's LOCAL_RANK), as torch.cuda.set_device(local_rank) does. An explicit
+// cuda:N is kept.
+func UseLocalCUDA(idx int) { localCUDA.Store(int32(idx)) }
+
 // CUDABuilt reports whether the linked libtorch has CUDA support (libtorch_cuda), with
 // or without a device to run on.
 func CUDABuilt() bool { return C.mempo_torch_cuda_built() != 0 }
@@ -95,7 +105,7 @@ func parseDevice(name string) (idx int, cuda bool, err error) {
 	case name == "cpu":
 		return 0, false, nil
 	case name == "cuda":
-		return 0, true, nil
+		return int(localCUDA.Load()), true, nil
 	case strings.HasPrefix(name, "cuda:"):
 		if i, err := strconv.Atoi(name[5:]); err == nil && i >= 0 {
 			return i, true, nil

@@ -56,6 +56,18 @@ func TestDeviceCUDA(t *testing.T) {
 	}
 }
 
+// TestUseLocalCUDA: after UseLocalCUDA(i), "cuda" names cuda:i and cuda:N stays N.
+func TestUseLocalCUDA(t *testing.T) {
+	defer UseLocalCUDA(0)
+	UseLocalCUDA(3)
+	if idx, cuda, err := parseDevice("cuda"); idx != 3 || !cuda || err != nil {
+		t.Errorf("parseDevice(cuda) after UseLocalCUDA(3) = %d, %v, %v; want 3", idx, cuda, err)
+	}
+	if idx, _, _ := parseDevice("cuda:1"); idx != 1 {
+		t.Errorf("parseDevice(cuda:1) after UseLocalCUDA(3) = %d, want 1", idx)
+	}
+}
+
 func TestCUDAUsable(t *testing.T) {
 	tests := []struct {
 		name  string

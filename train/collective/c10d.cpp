@@ -1,6 +1,8 @@
 // A C face of libtorch's c10d for Go: a TCPStore rendezvous and a Gloo process group,
 // the objects torch.distributed.init_process_group("gloo", "env://") builds, and the
-// three collectives training needs. Every function returns NULL or a malloc'd message.
+// three collectives training needs; CUDA tensors go through NCCL (nccl.hpp), as under
+// torch.distributed's default "cuda:nccl,cpu:gloo". Every function returns NULL or a
+// malloc'd message.
 //
 // build/go.sh defines MEMPO_GLOO when build/gloo.sh found Gloo's headers, which
 // ProcessGroupGloo.hpp includes and the torch wheels do not ship; without them every
@@ -21,6 +23,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "nccl.hpp"
 #endif
 
 namespace {
@@ -40,6 +44,8 @@ struct Group {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::chrono::milliseconds timeout;
+  int rank, world;
+  mempo_nccl::Communicator nccl; // for CUDA tensors, made on the first
 };
 
 // run runs a collective on group to its end or the group's timeout: f starts it and
@@ -48,6 +54,16 @@ template <typename F> char *run(void *group, F f) {
   try {
     auto *g = static_cast<Group *>(group);
     f(g)->wait(g->timeout);
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
+}
+
+// cuda runs f, a collective of CUDA tensors through NCCL that waits for itself.
+template <typename F> char *cuda(void *group, F f) {
+  try {
+    f(static_cast<Group *>(group));
     return nullptr;
   } catch (const std::exception &e) {
     return message(e);
@@ -84,6 +100,8 @@ char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int worl
   try {
     auto *g = new Group;
     g->timeout = std::chrono::milliseconds(timeout_ms);
+    g->rank = rank;
+    g->world = world;
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(port);
     so.isServer = rank == 0 && attempt < 0;
@@ -122,8 +140,12 @@ char *mempo_c10d_open(void **out, const char *addr, int port, int rank, int worl
 // mempo_c10d_allreduce sums t, a dense contiguous tensor, over the group, in place.
 char *mempo_c10d_allreduce(void *group, void *t) {
 #ifdef MEMPO_GLOO
-  return run(group, [t](Group *g) {
-    std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
+  auto &x = *static_cast<at::Tensor *>(t);
+  if (x.is_cuda()) {
+    return cuda(group, [&x](Group *g) { g->nccl.allreduce(x, *g->store, g->rank, g->world, g->timeout); });
+  }
+  return run(group, [&x](Group *g) {
+    std::vector<at::Tensor> ts{x};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = g->timeout;
@@ -137,8 +159,12 @@ char *mempo_c10d_allreduce(void *group, void *t) {
 // mempo_c10d_broadcast copies root's t into every rank's t, in place.
 char *mempo_c10d_broadcast(void *group, void *t, int root) {
 #ifdef MEMPO_GLOO
-  return run(group, [t, root](Group *g) {
-    std::vector<at::Tensor> ts{*static_cast<at::Tensor *>(t)};
+  auto &x = *static_cast<at::Tensor *>(t);
+  if (x.is_cuda()) {
+    return cuda(group, [&x, root](Group *g) { g->nccl.broadcast(x, root, *g->store, g->rank, g->world, g->timeout); });
+  }
+  return run(group, [&x, root](Group *g) {
+    std::vector<at::Tensor> ts{x};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     o.timeout = g->timeout;
@@ -157,6 +183,20 @@ char *mempo_c10d_barrier(void *group) {
     o.timeout = g->timeout;
     return g->pg->barrier(o);
   });
+#else
+  return without();
+#endif
+}
+
+// mempo_c10d_nccl says whether this process has NCCL for CUDA tensors: NULL, or why not.
+char *mempo_c10d_nccl(void) {
+#ifdef MEMPO_GLOO
+  try {
+    mempo_nccl::api();
+    return nullptr;
+  } catch (const std::exception &e) {
+    return message(e);
+  }
 #else
   return without();
 #endif

@@ -2,7 +2,8 @@
 // libtorch's c10d, the engine under torch.distributed: a TCPStore rendezvous at the
 // address torchrun gives every process (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), and
 // a Gloo process group over TCP that sums, broadcasts and waits across processes on one
-// machine or many. The processes are ranks of one command (mempo-update, mempo sft), so
+// machine or many. CUDA tensors go through NCCL instead, as under torch.distributed's
+// default backend "cuda:nccl,cpu:gloo": the NCCL a CUDA build of libtorch loads. The processes are ranks of one command (mempo-update, mempo sft), so
 // a job launches them with torchrun, srun or a Kubernetes Job as it launches PyTorch's.
 //
 // The Gloo process group is the one compiled into libtorch_cpu; its headers come from
@@ -16,6 +17,7 @@ package collective
 // char *mempo_c10d_allreduce(void *group, void *t);
 // char *mempo_c10d_broadcast(void *group, void *t, int root);
 // char *mempo_c10d_barrier(void *group);
+// char *mempo_c10d_nccl(void);
 // void mempo_c10d_close(void *group);
 import "C"
 
@@ -44,6 +46,18 @@ var (
 // Available reports whether this build has a collective backend.
 func Available() bool { return C.mempo_c10d_available() == 1 }
 
+// NCCL reports whether collectives of CUDA tensors can run: nil in a CUDA build, whose
+// libtorch_cuda loads NCCL, else an error naming what the process lacks. CPU tensors
+// always go through Gloo.
+func NCCL() error {
+	msg := C.mempo_c10d_nccl()
+	if msg == nil {
+		return nil
+	}
+	defer C.free(unsafe.Pointer(msg))
+	return errors.New(C.GoString(msg))
+}
+
 // Config says how a process joins its group.
 type Config struct {
 	Addr    string        // rank 0's host, where the TCPStore listens (MASTER_ADDR)
@@ -60,6 +74,9 @@ type Config struct {
 	// (TORCHELASTIC_RESTART_COUNT). Otherwise rank 0 serves it.
 	Agent   bool
 	Attempt int
+	// LocalRank is this process's rank among those on its machine (LOCAL_RANK; 0 when
+	// unset): the GPU a rank takes with --device cuda.
+	LocalRank int
 }
 
 // The variables torchrun (and torch.distributed's env:// rendezvous) set.
@@ -69,6 +86,7 @@ const (
 	EnvRank  = "RANK"
 	EnvWorld = "WORLD_SIZE"
 	EnvIface = "GLOO_SOCKET_IFNAME"
+	EnvLocal = "LOCAL_RANK"
 	// torchrun's agent serves the store itself and says so, with its restart count.
 	EnvAgentStore = "TORCHELASTIC_USE_AGENT_STORE"
 	EnvRestarts   = "TORCHELASTIC_RESTART_COUNT"
@@ -92,6 +110,11 @@ func FromEnv(getenv func(string) string) (cfg Config, ok bool, err error) {
 	if p := getenv(EnvPort); p != "" {
 		if cfg.Port, err = strconv.Atoi(p); err != nil {
 			return cfg, true, fmt.Errorf("%s=%q: not a number: %w", EnvPort, p, ErrConfig)
+		}
+	}
+	if l := getenv(EnvLocal); l != "" {
+		if cfg.LocalRank, err = strconv.Atoi(l); err != nil || cfg.LocalRank < 0 {
+			return cfg, true, fmt.Errorf("%s=%q: want a rank >= 0: %w", EnvLocal, l, ErrConfig)
 		}
 	}
 	if cfg.Agent = getenv(EnvAgentStore) == "True"; cfg.Agent {
@@ -163,6 +186,9 @@ func Open(cfg Config) (*Group, error) {
 
 // Rank is this process's rank.
 func (g *Group) Rank() int { return g.cfg.Rank }
+
+// LocalRank is this process's rank among those on its machine.
+func (g *Group) LocalRank() int { return g.cfg.LocalRank }
 
 // World is the number of processes in the group.
 func (g *Group) World() int { return g.cfg.World }

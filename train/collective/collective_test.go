@@ -23,6 +23,7 @@ import (
 const (
 	envRank     = "MEMPO_COLLECTIVE_TEST_RANK"
 	envScenario = "MEMPO_COLLECTIVE_TEST_SCENARIO"
+	envCUDA     = "MEMPO_COLLECTIVE_TEST_CUDA" // set: each rank's tensors on cuda:RANK
 )
 
 func TestMain(m *testing.M) {
@@ -58,7 +59,11 @@ func rank(scenario string) error {
 	for i := range vals {
 		vals[i] = (r + 1) * float32(i+1)
 	}
-	t := torch.RawFromHost(vals, []int64{5}, gotch.CPU)
+	dev := gotch.CPU
+	if os.Getenv(envCUDA) != "" {
+		dev = gotch.CudaBuilder(uint(g.Rank()))
+	}
+	t := torch.RawFromHost(vals, []int64{5}, dev)
 	defer t.Free()
 	switch scenario {
 	case "dies":
@@ -75,7 +80,7 @@ func rank(scenario string) error {
 		return err
 	}
 	sum := torch.ToHost[float32](t)
-	b := torch.RawFromHost([]float32{r, r, r}, []int64{3}, gotch.CPU)
+	b := torch.RawFromHost([]float32{r, r, r}, []int64{3}, dev)
 	defer b.Free()
 	if err := g.Broadcast(b, g.World()-1); err != nil {
 		return err
@@ -104,8 +109,9 @@ type result struct {
 	took        time.Duration
 }
 
-// launch starts world ranks of scenario as torchrun would and waits for them all.
-func launch(t *testing.T, scenario string, world int) []result {
+// launch starts world ranks of scenario as torchrun would and waits for them all, each
+// with env (KEY=VALUE) too.
+func launch(t *testing.T, scenario string, world int, env ...string) []result {
 	t.Helper()
 	if !Available() {
 		t.Skip("built without Gloo's headers (build/gloo.sh could not fetch them): no collective backend")
@@ -119,6 +125,7 @@ func launch(t *testing.T, scenario string, world int) []result {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envRank+"=1", envScenario+"="+scenario,
 			EnvAddr+"=127.0.0.1", EnvPort+"="+strconv.Itoa(port), EnvRank+"="+strconv.Itoa(r), EnvWorld+"="+strconv.Itoa(world))
+		cmd.Env = append(cmd.Env, env...)
 		outs[r], errs[r] = new(bytes.Buffer), new(bytes.Buffer)
 		cmd.Stdout, cmd.Stderr = outs[r], errs[r]
 		if err := cmd.Start(); err != nil {
@@ -147,19 +154,53 @@ func launch(t *testing.T, scenario string, world int) []result {
 func TestCollectives(t *testing.T) {
 	for _, world := range []int{2, 3} {
 		t.Run(fmt.Sprintf("world %d", world), func(t *testing.T) {
-			// sum over ranks of (r+1) * i = i * world(world+1)/2
-			k := float32(world * (world + 1) / 2)
-			want := fmt.Sprintf("sum %v broadcast %v\n", []float32{k, 2 * k, 3 * k, 4 * k, 5 * k},
-				[]float32{float32(world - 1), float32(world - 1), float32(world - 1)})
-			for r, res := range launch(t, "sum", world) {
-				if res.err != nil {
-					t.Fatalf("rank %d: %v\n%s", r, res.err, res.stderr)
-				}
-				if res.out != want {
-					t.Errorf("rank %d printed %q, want %q", r, res.out, want)
-				}
-			}
+			checkSums(t, launch(t, "sum", world), world)
 		})
+	}
+}
+
+// checkSums checks every rank printed the "sum" scenario's exact results for world.
+func checkSums(t *testing.T, res []result, world int) {
+	t.Helper()
+	// sum over ranks of (r+1) * i = i * world(world+1)/2
+	k := float32(world * (world + 1) / 2)
+	want := fmt.Sprintf("sum %v broadcast %v\n", []float32{k, 2 * k, 3 * k, 4 * k, 5 * k},
+		[]float32{float32(world - 1), float32(world - 1), float32(world - 1)})
+	for r, res := range res {
+		if res.err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, res.err, res.stderr)
+		}
+		if res.out != want {
+			t.Errorf("rank %d printed %q, want %q", r, res.out, want)
+		}
+	}
+}
+
+// TestCUDA: the "sum" scenario on CUDA tensors goes through NCCL, one rank a GPU (two
+// ranks where two GPUs are visible, else one); skipped without a GPU.
+func TestCUDA(t *testing.T) {
+	if !torch.CUDABuilt() || gotch.CUDA.DeviceCount() == 0 {
+		t.Skip("no CUDA device")
+	}
+	world := min(int(gotch.CUDA.DeviceCount()), 2)
+	checkSums(t, launch(t, "sum", world, envCUDA+"=1"), world)
+}
+
+// TestNCCL: a CUDA build finds NCCL's functions in the process (libtorch_cuda loads
+// them); a CPU build says it has none.
+func TestNCCL(t *testing.T) {
+	if !Available() {
+		t.Skip("built without Gloo's headers: no collective backend")
+	}
+	err := NCCL()
+	if torch.CUDABuilt() {
+		if err != nil {
+			t.Fatalf("a CUDA build without NCCL: %v", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "ncclAllReduce") {
+		t.Fatalf("NCCL() in a CPU build = %v, want the missing functions named", err)
 	}
 }
 
@@ -201,8 +242,8 @@ func TestFromEnv(t *testing.T) {
 	if _, ok, err := FromEnv(env()); ok || err != nil {
 		t.Errorf("FromEnv(no WORLD_SIZE) = ok %v, %v; want not ok", ok, err)
 	}
-	cfg, ok, err := FromEnv(env(EnvWorld, "4", EnvRank, "3", EnvAddr, "node0", EnvIface, "eth1"))
-	if want := (Config{Addr: "node0", Port: 29500, Rank: 3, World: 4, Iface: "eth1"}); !ok || err != nil || cfg != want {
+	cfg, ok, err := FromEnv(env(EnvWorld, "4", EnvRank, "3", EnvAddr, "node0", EnvIface, "eth1", EnvLocal, "1"))
+	if want := (Config{Addr: "node0", Port: 29500, Rank: 3, World: 4, Iface: "eth1", LocalRank: 1}); !ok || err != nil || cfg != want {
 		t.Errorf("FromEnv = %+v, %v, %v; want %+v", cfg, ok, err, want)
 	}
 	for _, bad := range [][]string{
@@ -212,6 +253,7 @@ func TestFromEnv(t *testing.T) {
 		{EnvWorld, "2", EnvRank, "1"},
 		{EnvWorld, "0", EnvRank, "0"},
 		{EnvWorld, "2", EnvRank, "0", EnvAddr, "a", EnvPort, "70000"},
+		{EnvWorld, "2", EnvRank, "0", EnvAddr, "a", EnvLocal, "-1"},
 	} {
 		if _, _, err := FromEnv(env(bad...)); !errors.Is(err, ErrConfig) {
 			t.Errorf("FromEnv(%q) = %v, want ErrConfig", bad, err)

@@ -157,7 +157,7 @@ func Ranks(world *int, timeout *time.Duration) []app.Flag {
 	return []app.Flag{
 		app.Int(world, cli.IntFlag{Name: "world-size", Category: "Runtime",
 			Usage: "train as one of `N` ranks that a launcher started (torchrun, srun, a Kubernetes Job), data parallel over libtorch's c10d (TCPStore rendezvous at " +
-				"MASTER_ADDR:MASTER_PORT, this process's RANK, Gloo): each rank runs its share of every step, the ranks sum their gradients, rank 0 writes the checkpoint. " +
+				"MASTER_ADDR:MASTER_PORT, this process's RANK; Gloo on CPUs, NCCL on GPUs, where --device cuda takes the GPU of LOCAL_RANK): each rank runs its share of every step, the ranks sum their gradients, rank 0 writes the checkpoint. " +
 				"0: the launcher's WORLD_SIZE, else 1; a value that differs from WORLD_SIZE is refused. Part of the cache key"}).Check(app.AtLeast(world, 0)),
 		app.Text(timeout, cli.StringFlag{Name: "dist-timeout", Category: "Runtime", Value: DistTimeout.String(),
 			Usage: "how long the rendezvous, and any step's exchange of gradients, waits for every rank: a rank that died or hangs fails the step on all ranks after it; " +
@@ -206,8 +206,8 @@ func JoinRanks(world int, timeout time.Duration) (int, *collective.Group, error)
 // Join joins, for a training command, the ranks a launcher started: it sets *world to
 // the count the stage keys (0 for a process alone, as before ranks existed) and returns
 // the group to hand the stage, nil alone, and its closer. A rank other than 0 shows no
-// progress and logs nothing to TensorBoard: rank 0's are the run's. A count the
-// launcher contradicts is a usage error.
+// progress and logs nothing to TensorBoard: rank 0's are the run's; --device cuda
+// means the GPU of its local rank. A count the launcher contradicts is a usage error.
 func Join(world *int, timeout time.Duration, spec *jobs.Spec) (train.Collective, func(), error) {
 	n, g, err := JoinRanks(*world, timeout)
 	if errors.Is(err, collective.ErrConfig) {
@@ -226,5 +226,6 @@ func Join(world *int, timeout time.Duration, spec *jobs.Spec) (train.Collective,
 	if g.Rank() != 0 {
 		spec.Board, spec.Progress = jobs.Board{}, jobs.ProgressNone
 	}
+	torch.UseLocalCUDA(g.LocalRank())
 	return g, g.Close, nil
 }
