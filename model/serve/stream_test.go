@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // events posts body to url and reads the server-sent events of its answer: each
@@ -72,5 +74,81 @@ func TestStream(t *testing.T) {
 	}
 	if got := content.String(); got != "<|im_" {
 		t.Errorf("streamed chat content %q, want the first 5 bytes of the rendered prompt, echoed", got)
+	}
+}
+
+// TestStreamChoicesAndLogprobs: on a real model, a streamed request of two prompts,
+// n 2 and logprobs 2, with a stop string matched on the text, gives each choice's
+// chunks under its index; put together they are the unstreamed answer's text,
+// log-probs (alternatives included) and finish reasons. The chat endpoint streams
+// the same way, each choice's role first.
+func TestStreamChoicesAndLogprobs(t *testing.T) {
+	url := tinyServer(t)
+	const req = `"prompt": ["the cat", "a dog"], "n": 2, "max_tokens": 10, "seed": 9, "logprobs": 2, "stop": ["ab"]`
+	whole := completeBody(t, url, `{`+req+`}`)
+	evs := events(t, url+"/v1/completions", `{`+req+`, "stream": true}`)
+	got := make([]Choice, len(whole.Choices))
+	for i := range got {
+		got[i] = Choice{Index: i, Logprobs: newLogprobs()}
+	}
+	for _, ev := range evs[:len(evs)-1] {
+		var c CompletionChunk
+		if err := json.Unmarshal([]byte(ev), &c); err != nil || len(c.Choices) != 1 || c.Choices[0].Index >= len(got) {
+			t.Fatalf("chunk %q: %v", ev, err)
+		}
+		ch, g := c.Choices[0], &got[c.Choices[0].Index]
+		g.Text += ch.Text
+		if ch.Logprobs != nil {
+			g.Logprobs.Tokens = append(g.Logprobs.Tokens, ch.Logprobs.Tokens...)
+			g.Logprobs.TokenLogprobs = append(g.Logprobs.TokenLogprobs, ch.Logprobs.TokenLogprobs...)
+			g.Logprobs.TopLogprobs = append(g.Logprobs.TopLogprobs, ch.Logprobs.TopLogprobs...)
+			g.Logprobs.TextOffset = append(g.Logprobs.TextOffset, ch.Logprobs.TextOffset...)
+		}
+		if ch.FinishReason != nil {
+			g.FinishReason, g.StopReason = *ch.FinishReason, ch.StopReason
+		}
+	}
+	for i, w := range whole.Choices {
+		w.TokenIDs = nil
+		if diff := cmp.Diff(w, got[i]); diff != "" {
+			t.Errorf("choice %d (-unstreamed +streamed):\n%s", i, diff)
+		}
+	}
+
+	const chat = `"messages": [{"role": "user", "content": "hi"}], "n": 2, "max_tokens": 6, "seed": 4, "logprobs": true, "top_logprobs": 2`
+	status, unstreamed := postTo(t, url+"/v1/chat/completions", `{`+chat+`}`)
+	if status != http.StatusOK {
+		t.Fatalf("chat: %d %v", status, unstreamed)
+	}
+	contents, logprobs := make([]string, 2), make([][]any, 2)
+	roles := 0
+	evs = events(t, url+"/v1/chat/completions", `{`+chat+`, "stream": true}`)
+	for _, ev := range evs[:len(evs)-1] {
+		var c map[string]any
+		if err := json.Unmarshal([]byte(ev), &c); err != nil {
+			t.Fatal(err)
+		}
+		ch := c["choices"].([]any)[0].(map[string]any)
+		i := int(ch["index"].(float64))
+		d := ch["delta"].(map[string]any)
+		if d["role"] == "assistant" {
+			roles++
+		}
+		if s, ok := d["content"].(string); ok {
+			contents[i] += s
+		}
+		if lp, ok := ch["logprobs"].(map[string]any); ok {
+			logprobs[i] = append(logprobs[i], lp["content"].([]any)...)
+		}
+	}
+	for i, ch := range unstreamed["choices"].([]any) {
+		ch := ch.(map[string]any)
+		want := ch["logprobs"].(map[string]any)["content"].([]any)
+		if contents[i] != ch["message"].(map[string]any)["content"] || !cmp.Equal(logprobs[i], want) || len(want[0].(map[string]any)["top_logprobs"].([]any)) != 2 {
+			t.Errorf("chat choice %d streamed %q with log-probs %v; want %v and %v", i, contents[i], logprobs[i], ch["message"], want)
+		}
+	}
+	if roles != 2 {
+		t.Errorf("%d chunks with the assistant's role, want one per choice", roles)
 	}
 }
