@@ -185,3 +185,115 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// containerChunks splits a manifest into its containers' text, each from its command
+// line to the next container's or the document's end: every manifest here writes a
+// container's command first, its args and resources after.
+func containerChunks(t *testing.T, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []string
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case regexp.MustCompile(`^\s*command:\s*\[`).MatchString(line):
+			chunks = append(chunks, "")
+			in = true
+		case line == "---":
+			in = false
+		}
+		if in {
+			chunks[len(chunks)-1] += line + "\n"
+		}
+	}
+	return chunks
+}
+
+// TestK8sLaunchers checks the Kubernetes manifests' wiring against the binaries: every
+// flag a mempo container passes exists; the retriever's Service is what every
+// rollout's --retriever-url names, on the port serve-retriever listens on; the
+// workflows' workers and merge run the Indexed Jobs' commands (--shard i/8 for
+// --shard-count 8), so the two set-ups cannot drift apart; and a mempo container
+// requests a GPU exactly where it passes --device=cuda.
+func TestK8sLaunchers(t *testing.T) {
+	known := cmdFlags(t)
+	files := manifestFiles(t)
+	urls := 0
+	for _, file := range files {
+		cmds := containerArgs(t, file)
+		chunks := containerChunks(t, file)
+		if len(chunks) != len(cmds) {
+			t.Fatalf("%s: %d container chunks for %d commands", file, len(chunks), len(cmds))
+		}
+		for i, c := range cmds {
+			if !strings.HasPrefix(c[0], "mempo") {
+				continue
+			}
+			cuda := false
+			for _, a := range c[1:] {
+				name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				if !strings.HasPrefix(a, "--") {
+					continue
+				}
+				if !known[name] {
+					t.Errorf("%s: %s passes %s: no binary under cmd/ defines --%s", file, c[0], a, name)
+				}
+				if name == "device" && strings.HasPrefix(value, "cuda") {
+					cuda = true
+				}
+				if name == "retriever-url" {
+					urls++
+					if value != "http://retriever:8000" {
+						t.Errorf("%s: %s --retriever-url=%s, want retriever.yaml's Service http://retriever:8000", file, c[0], value)
+					}
+				}
+			}
+			gpu := regexp.MustCompile(`nvidia\.com/gpu:\s*[1-9]`).MatchString(chunks[i])
+			if cuda != gpu {
+				t.Errorf("%s: container %d (%s) passes --device=cuda: %v, requests nvidia.com/gpu: %v; want both or neither",
+					file, i, strings.Join(c, " "), cuda, gpu)
+			}
+		}
+	}
+	if urls < 8 {
+		t.Errorf("%d rollout containers name a --retriever-url, want every worker's and merge's", urls)
+	}
+
+	// The retriever: Service "retriever" port 8000 onto the pods serve-retriever listens in.
+	r := containerArgs(t, "scaleout/retriever.yaml")
+	if len(r) != 1 || strings.Join(r[0][:2], " ") != "mempo serve-retriever" || !slicesContain(r[0], "--addr=0.0.0.0:8000") {
+		t.Fatalf("retriever.yaml: containers %q, want one mempo serve-retriever --addr=0.0.0.0:8000", r)
+	}
+	data, _ := os.ReadFile("scaleout/retriever.yaml")
+	for _, want := range []string{"kind: Service\nmetadata:\n  name: retriever\n", "selector: {app: retriever}", "port: 8000, targetPort: 8000", "containerPort: 8000"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("retriever.yaml lacks %q", want)
+		}
+	}
+
+	// The workflows run the Indexed Jobs' workers and merges.
+	for wf, job := range map[string]string{"scaleout/rollout-workflow.yaml": "scaleout/rollout-indexed-job.yaml",
+		"scaleout/rollout-server-workflow.yaml": "scaleout/rollout-server-indexed-job.yaml"} {
+		w, j := containerArgs(t, wf), containerArgs(t, job)
+		if len(w) != 2 || len(j) != 2 {
+			t.Fatalf("%s, %s: %d and %d containers, want a worker and a merge each", wf, job, len(w), len(j))
+		}
+		worker := strings.Join(w[0], " ")
+		if !strings.Contains(worker, "--shard={{inputs.parameters.part}}/8") {
+			t.Errorf("%s: worker %q does not compute part {{inputs.parameters.part}} of 8", wf, worker)
+		}
+		if got, want := strings.Replace(worker, "--shard={{inputs.parameters.part}}/8", "--shard-count=8", 1), strings.Join(j[0], " "); got != want {
+			t.Errorf("%s's worker runs\n  %s\n%s's runs\n  %s", wf, worker, job, want)
+		}
+		if !slicesEqual(w[1], j[1]) {
+			t.Errorf("%s's merge runs %q, %s's %q", wf, w[1], job, j[1])
+		}
+		text, _ := os.ReadFile(wf)
+		if !strings.Contains(string(text), `withSequence: {count: "8"}`) || !strings.Contains(string(text), "- - name: merge") {
+			t.Errorf("%s: the merge is not a step after 8 workers", wf)
+		}
+	}
+}
