@@ -48,25 +48,31 @@ max_tokens, temperature (0 is greedy), top_p, top_k (0 or -1: all), seed (an
 integer of 64 bits; the same seed and prompt give the same tokens, whatever else is
 batched with them), stop (strings, kept at the end of the text as vLLM's
 include_stop_str_in_output does; one of several tokens is matched on the decoded
-text, as vLLM matches it, one of a single token on that token) and logprobs. The answer has vLLM's layout:
-choices[0].text, .finish_reason ("stop" or "length"), .stop_reason, .logprobs
-{tokens, token_logprobs, top_logprobs, text_offset} with the sampled tokens'
-log-probs (top_logprobs is null: alternatives are not computed) and
-choices[0].token_ids, the generated ids (vLLM's and SGLang's return_token_ids field,
-always filled here). "stream": true answers one completion as server-sent events, the OpenAI API's
-(text chunks, the last with the finish and stop reasons, then [DONE]; not with
-logprobs or several completions). POST /v1/chat/completions takes "messages" (string or text-part
-contents), renders them with the checkpoint's chat template (ChatML without one) and
-the assistant's header, and answers in the chat layout (choices[0].message, logprobs
-.content when "logprobs" is true). POST /tokenize {"prompt": "text"} and POST
-/detokenize {"tokens": [ids]} answer as vLLM's do. GET /metrics exposes, in
-Prometheus' text format, requests by endpoint and code, waiting and running
-completions, KV-cache slots used and total, prompt and generated tokens, time to first
-token and time per output token (named after vLLM's, mempo_ for vllm:). GET /v1/models lists the model as
---served-model-name; GET /health answers {"status": "ok"}. Not supported, and refused
-with a 400 naming the parameter: best_of other than n, echo, top_logprobs,
-penalties, logit_bias, guided decoding, tools and any other key (a penalty of 0 or an
-empty logit_bias is served: it changes nothing).
+text, as vLLM matches it, one of a single token on that token), stop_token_ids (vLLM's:
+generation stops when one of those ids is sampled; stop_reason is the id), logprobs k
+and echo (the prompt's text first and, with logprobs, its tokens' log-probs, the first
+null). The answer has vLLM's layout: choices[i].text, .finish_reason ("stop" or
+"length"), .stop_reason, .logprobs {tokens, token_logprobs, top_logprobs, text_offset}
+with the tokens' log-probs and, for k > 0, the k most likely tokens at each position
+(the sampled one added when not among them), and choices[i].token_ids, the generated
+ids (vLLM's and SGLang's return_token_ids field, always filled here). Every log-prob is
+log softmax(logits/T) over the whole vocabulary (T = 1 when greedy), before top-k and
+top-p: vLLM's default raw log-probs at T = 1. "stream": true answers as server-sent
+events, the OpenAI API's: chunks of each choice's text (and its tokens' log-probs)
+carrying the choice's index, its last chunk with the finish and stop reasons, then
+[DONE] (not with echo). POST /v1/chat/completions takes "messages" (string or
+text-part contents), renders them with the checkpoint's chat template (ChatML without
+one) and the assistant's header, and answers in the chat layout (choices[i].message,
+logprobs.content when "logprobs" is true, with top_logprobs alternatives each).
+POST /tokenize {"prompt": "text"} and POST /detokenize {"tokens": [ids]} answer as
+vLLM's do. GET /metrics exposes, in Prometheus' text format, requests by endpoint and
+code, waiting and running completions, KV-cache slots used and total, prompt and
+generated tokens, time to first token and time per output token (named after vLLM's,
+mempo_ for vllm:). GET /v1/models lists the model as --served-model-name; GET /health
+answers {"status": "ok"}. Not supported, and refused with a 400 naming the parameter:
+best_of other than n, logprobs or top_logprobs over 20, penalties, logit_bias, guided
+decoding, tools and any other key (a penalty of 0 or an empty logit_bias is served: it
+changes nothing).
 
 Batching is continuous: between any two decode steps, waiting requests join the
 running batch in arrival order (each prefilled on its own, then its KV-cache rows
