@@ -7,6 +7,7 @@ package pipelines
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -106,13 +107,18 @@ func TestSlurmRecipes(t *testing.T) {
 // rollouts by digest. Skips in one line without root, Slurm or munge (build/slurm.sh
 // finds Slurm, or installs it as root with apt-get).
 func TestSlurmIteration(t *testing.T) {
+	start := time.Now()
 	cl := startSlurm(t)
+	t.Logf("the cluster started in %.1f s", time.Since(start).Seconds())
 	if !collective.Available() {
 		t.Skip("the binaries are built without c10d's Gloo backend (build/gloo.sh): the 2-node update cannot run")
 	}
 	dir := t.TempDir()
+	start = time.Now()
 	bin := buildBinaries(t, dir)
 	run := filepath.Join(dir, "run")
+	t.Logf("binaries built in %.1f s", time.Since(start).Seconds())
+	start = time.Now()
 
 	const shards, prompts = 4, 4
 	rollFlags := tinyValue(t, "ROLLOUT_FLAGS") + " --prompts-per-shard 1" // a shard a prompt: every array task has one
@@ -125,6 +131,8 @@ func TestSlurmIteration(t *testing.T) {
 		t.Fatalf("make: %v\n%s", err, out)
 	}
 	want := filepath.Join(run, "mempo", "iter-1")
+	t.Logf("make's iteration (task, index, SFT, one unsharded iteration) in %.1f s", time.Since(start).Seconds())
+	start = time.Now()
 
 	iter := filepath.Join(dir, "slurm-iter")
 	submit := exec.Command("bash", "scaleout/iteration-submit.sh")
@@ -149,6 +157,7 @@ func TestSlurmIteration(t *testing.T) {
 		}
 	}
 	recs := cl.wait(t, 3*time.Minute, filepath.Join(iter, "slurm"))
+	t.Logf("the Slurm chain ran in %.1f s", time.Since(start).Seconds())
 
 	// The jobs' records: every job completed; the array ran SHARDS tasks with a GPU each,
 	// the merge one task without; each step started once the steps it reads had ended.
@@ -160,7 +169,7 @@ func TestSlurmIteration(t *testing.T) {
 			}
 		}
 		if r["JobState"] != "COMPLETED" {
-			t.Errorf("job %s (%s) ended %s", r["JobId"], r["Name"], r["JobState"])
+			t.Errorf("job %s (%s) ended %s", r["JobId"], r["JobName"], r["JobState"])
 		}
 	}
 	if t.Failed() {
@@ -539,8 +548,12 @@ func tails(files []string, n int) string {
 // with this cluster's configuration (a job's, or a slurmstepd's): each inherits
 // SLURM_CONF, a path no other cluster has.
 func (cl *slurmCluster) stop(t *testing.T) {
-	if len(cl.daemons) > 1 {
-		if err := cl.command("scancel", "--full", "--user=root").Run(); err == nil {
+	if len(cl.daemons) > 1 && !exited(cl.daemons[1]) { // slurmctld runs: cancel the jobs
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		scancel := exec.CommandContext(ctx, filepath.Join(cl.prefix, "bin", "scancel"), "--full", "--user=root")
+		scancel.Env = cl.env
+		if err := scancel.Run(); err == nil {
 			cl.until(10*time.Second, func() bool {
 				out, err := cl.command("squeue", "-h", "-o", "%i").Output()
 				return err != nil || strings.TrimSpace(string(out)) == ""
@@ -554,8 +567,8 @@ func (cl *slurmCluster) stop(t *testing.T) {
 		go func() { c.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Logf("%s did not stop on SIGTERM within 10 s; killing it", filepath.Base(c.Path))
+		case <-time.After(5 * time.Second):
+			t.Logf("%s did not stop on SIGTERM within 5 s; killing it", filepath.Base(c.Path))
 			c.Process.Kill()
 			<-done
 		}
