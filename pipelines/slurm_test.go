@@ -70,7 +70,7 @@ func TestSlurmRecipes(t *testing.T) {
 	if regexp.MustCompile(`(?m)(^|[;&|]|\$\()\s*sbatch\s`).Match(cmd) {
 		t.Errorf("rollout-array.slurm submits a job itself; iteration-submit.sh submits the merge once")
 	}
-	if d := directives(string(array)); d["gres"] != "gpu:1" || d["array"] != "" && d["array"] != "0-7" {
+	if d := directives(string(array)); d["gres"] != "gpu:1" {
 		t.Errorf("rollout-array.slurm: #SBATCH %v, want one GPU a task", d)
 	}
 	cpu, _ := os.ReadFile("scaleout/cpu-stage.slurm")
