@@ -9,7 +9,9 @@
 //	demo.mk        the demo: MemPO, GRPO and the baselines, evaluated (make demo)
 //	experiment.mk  variants × seeds on one task, reported with intervals (make experiment)
 //	serve.mk       the rollout stage through one mempo serve-policy on loopback, in shards
-//	scaleout/      a Kubernetes Indexed Job and a Slurm array for the rollout stage; a
-//	               policy server (vLLM or mempo serve-policy: Deployment + Service) with
-//	               rollout workers as an Indexed Job; the loopback script serve.mk runs
+//	scaleout/      cluster set-ups: Slurm (iteration-submit.sh chains one iteration's
+//	               jobs: rollout array, merge, score, log-probs, advantages, 2-node
+//	               update), Kubernetes (retriever, rollout workers as Argo Workflows or
+//	               Indexed Jobs, a policy server, the update as a PyTorchJob; one
+//	               kustomization), torchrun; the loopback script serve.mk runs
 package pipelines
