@@ -27,6 +27,10 @@ ADV_FLAGS_grpo      ?= --mem-coef 0
 LOGPROB_FLAGS_grpo  ?= --memory-pass=false
 ADV_FLAGS_nobase    ?= --mem-coef 1 --mem-baseline none
 ADV_FLAGS_turnpool  ?= --mem-coef 1 --mem-pool turn
+# The memory advantage on the memory's content tokens only, not its <mem> and </mem>
+# tags: the tags are where a turn opens and closes its memory, a format decision the
+# memory signal otherwise trains too (docs/memory-drift.md). VARIANTS="mempo grpo memcontent".
+ADV_FLAGS_memcontent ?= --mem-coef 1 --mem-content-only
 # The memory reward against the context each memory was written from, P_ctx, instead of
 # the full history's P_full: on the demo the memory signal costs 0.35-0.44 old passes instead of
 # 1.3-1.5 (README, the context baseline).

@@ -38,6 +38,10 @@ ITERS    ?= 2
 VARIANTS ?= mempo grpo
 ADV_FLAGS_mempo    ?= --mem-coef 1
 ADV_FLAGS_grpo     ?= --mem-coef 0
+# The memory advantage on the memory's content tokens only, not its <mem> and </mem>
+# tags: the tags are where a turn opens and closes its memory, a format decision the
+# memory signal otherwise trains too (docs/memory-drift.md). VARIANTS="mempo grpo memcontent".
+ADV_FLAGS_memcontent ?= --mem-coef 1 --mem-content-only
 LOGPROB_FLAGS_grpo ?= --memory-pass=false
 SEED             ?= 1
 PROMPTS_PER_ITER ?= 64

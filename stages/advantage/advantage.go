@@ -32,10 +32,15 @@ type Turn struct {
 	ResponseLen int
 	// Mem is the <mem>…</mem> span in response tokens, tags included; nil when the turn
 	// wrote no memory. PMem and the baseline's PFull or PCtx are read only when Mem is set.
-	Mem   *Span
-	PMem  float64
-	PFull float64
-	PCtx  float64
+	Mem *Span
+	// Content is the part of Mem between its tags: the tokens that lie wholly after the
+	// open tag and before the close tag (ContentSpan). Read only with
+	// Config.MemContentOnly, where nil or empty means no token carries the memory
+	// advantage (the memory still counts in its pool).
+	Content *Span
+	PMem    float64
+	PFull   float64
+	PCtx    float64
 }
 
 // Row is one row of the advantages dataset.
@@ -146,7 +151,14 @@ func Compute(cfg Config, scores []Score, turns []Turn) ([]Row, Summary, error) {
 	var tokens []float64
 	for i, t := range turns {
 		row := &rows[i]
-		row.Advantages = TokenAdvantages(t.ResponseLen, row.AdvOutcome, t.Mem, cfg.MemCoef, row.AdvMemory)
+		span := t.Mem
+		if cfg.MemContentOnly {
+			span = t.Content
+			if span != nil && span.End <= span.Start {
+				span = nil
+			}
+		}
+		row.Advantages = TokenAdvantages(t.ResponseLen, row.AdvOutcome, span, cfg.MemCoef, row.AdvMemory)
 		for _, a := range row.Advantages {
 			tokens = append(tokens, float64(a))
 		}
@@ -227,6 +239,10 @@ func checkTurns(turns []Turn, groups map[string][]float64) error {
 		if t.Mem.Start < 0 || t.Mem.End <= t.Mem.Start || t.Mem.End > t.ResponseLen {
 			return fmt.Errorf("%s: mem span [%d,%d) outside the response of %d tokens: %w",
 				where, t.Mem.Start, t.Mem.End, t.ResponseLen, ErrInput)
+		}
+		if c := t.Content; c != nil && c.End > c.Start && (c.Start < t.Mem.Start || c.End > t.Mem.End) {
+			return fmt.Errorf("%s: memory content [%d,%d) outside the mem span [%d,%d): %w",
+				where, c.Start, c.End, t.Mem.Start, t.Mem.End, ErrInput)
 		}
 		for _, p := range []struct {
 			name string

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -299,5 +300,90 @@ func TestConfigJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"mem_baseline":"const:x"}`), &back); !errors.Is(err, ErrConfig) {
 		t.Errorf("json.Unmarshal(bad baseline) error = %v, want ErrConfig", err)
+	}
+}
+
+// TestComputeContentOnly: handCase with the tags as one token at each end of every span.
+// Default config: A^T = ±at, A^M = +m for sample 0 turn 0 and −m for sample 1 turn 0
+// (m = 0.5/0.500001), 0 for sample 0 turn 1. With MemContentOnly the tag tokens keep A^T;
+// sample 1 turn 0's span [0,2) is two tags around nothing, so none of its tokens carries
+// its −m, though its reward still counts in the pool.
+func TestComputeContentOnly(t *testing.T) {
+	scores, turns := handCase()
+	content := map[[2]int]Span{{0, 0}: {1, 2}, {0, 1}: {2, 3}, {1, 0}: {1, 1}}
+	for i := range turns {
+		if c, ok := content[[2]int{turns[i].Sample, turns[i].Turn}]; ok {
+			turns[i].Content = &c
+		}
+	}
+	at := 0.5 / (math.Sqrt(0.5) + 1e-6)
+	m := 0.5 / 0.500001
+	p, n, pm := float32(at), float32(-at), float32(at+m)
+	want := [][]float32{
+		{n, n, n},
+		{p, pm, p, p, p},
+		{n, n, n, n},
+		{p, p, p, p, p, p},
+	}
+	whole := [][]float32{
+		{n, n, n},
+		{pm, pm, pm, p, p},
+		{float32(-at - m), float32(-at - m), n, n},
+		{p, p, p, p, p, p},
+	}
+	for _, tc := range []struct {
+		only bool
+		want [][]float32
+	}{{true, want}, {false, whole}} {
+		cfg := DefaultConfig()
+		cfg.MemContentOnly = tc.only
+		rows, _, err := Compute(cfg, scores, turns)
+		if err != nil {
+			t.Fatalf("Compute(content only %v): %v", tc.only, err)
+		}
+		for i, r := range rows {
+			if diff := cmp.Diff(tc.want[i], r.Advantages); diff != "" {
+				t.Errorf("content only %v, row %d (sample %d turn %d) advantages (-want +got):\n%s", tc.only, i, r.Sample, r.Turn, diff)
+			}
+		}
+		if got := rows[2].AdvMemory; math.Abs(got+m) > 1e-12 {
+			t.Errorf("content only %v: sample 1 turn 0 A^M = %v, want %v (the memory stays in its pool)", tc.only, got, -m)
+		}
+	}
+
+	bad := slices.Clone(turns)
+	bad[1].Content = &Span{2, 4} // past the mem span [0,3)
+	if _, _, err := Compute(DefaultConfig(), scores, bad); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "outside the mem span") {
+		t.Errorf("content outside the mem span: err = %v, want ErrInput naming it", err)
+	}
+}
+
+func TestContentSpan(t *testing.T) {
+	tests := []struct {
+		name   string
+		pieces []string
+		mem    Span
+		want   Span
+		ok     bool
+	}{
+		{"single-token tags", []string{"<mem>", "Ann", " was", "</mem>", "<think>"}, Span{0, 4}, Span{1, 3}, true},
+		{"span later in the response", []string{" ", "<mem>", "x", "</mem>"}, Span{1, 4}, Span{2, 3}, true},
+		// "<", "mem", ">Ann" hold tag bytes: ">Ann" is not content.
+		{"split open tag", []string{"<", "mem", ">Ann", " was", "</", "mem", ">"}, Span{0, 7}, Span{3, 4}, true},
+		// The close tag shares its token with the next block: that token is not content.
+		{"close tag shares a token", []string{"<mem>", "Ann", "</mem><think>"}, Span{0, 3}, Span{1, 2}, true},
+		{"empty memory", []string{"<mem>", "</mem>", "<think>"}, Span{0, 2}, Span{1, 1}, true},
+		{"empty token inside", []string{"<mem>", "", "Ann", "</mem>"}, Span{0, 4}, Span{2, 3}, true},
+		{"no close tag", []string{"<mem>", "Ann", "<think>"}, Span{0, 3}, Span{}, false},
+		{"no open tag", []string{"Ann", "</mem>"}, Span{0, 2}, Span{}, false},
+		{"span past the tokens", []string{"<mem>", "</mem>"}, Span{0, 3}, Span{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ContentSpan(tt.pieces, tt.mem, "<mem>", "</mem>")
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("ContentSpan = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
 	}
 }

@@ -143,6 +143,12 @@ type Config struct {
 	// MemCoef is λ, the weight of the memory advantage on the <mem> span; 0 is plain
 	// GRPO. |λ| is at most MaxCoef, as is |b| of a const MemBaseline.
 	MemCoef float64 `json:"mem_coef"`
+	// MemContentOnly puts λ·A^M on the memory's content tokens only, not on the tokens
+	// of its <mem> and </mem> tags. MemPO (the default, false) adds it on the whole span,
+	// tags included, so the memory signal also trains when a turn opens and closes its
+	// memory: a format decision (docs/memory-drift.md). Omitted from the config JSON when
+	// false, so the cache keys of runs made before the option existed are unchanged.
+	MemContentOnly bool `json:"mem_content_only,omitempty"`
 }
 
 // DefaultConfig is MemPO's setting.

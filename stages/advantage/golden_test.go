@@ -21,6 +21,7 @@ type goldenTurn struct {
 	Turn        int     `json:"turn"`
 	ResponseLen int     `json:"response_len"`
 	Mem         *Span   `json:"mem"`
+	Content     *Span   `json:"content"`
 	PMem        float64 `json:"p_mem"`
 	PFull       float64 `json:"p_full"`
 	PCtx        float64 `json:"p_ctx"`
@@ -39,6 +40,7 @@ type goldenDoc struct {
 			MemBaseline string  `json:"mem_baseline"`
 			MemPool     string  `json:"mem_pool"`
 			MemCoef     float64 `json:"mem_coef"`
+			ContentOnly bool    `json:"mem_content_only"`
 		} `json:"config"`
 		Rows []struct {
 			AdvOutcome float64   `json:"adv_outcome"`
@@ -66,17 +68,21 @@ func TestComputeMatchesGolden(t *testing.T) {
 	for i, t := range g.Turns {
 		turns[i] = Turn(t)
 	}
-	if len(g.Cases) < 3 {
-		t.Fatalf("golden holds %d configs, want 3", len(g.Cases))
+	if len(g.Cases) < 5 {
+		t.Fatalf("golden holds %d configs, want 5", len(g.Cases))
 	}
 	for _, c := range g.Cases {
 		name := c.Config.MemBaseline + "/" + c.Config.MemPool
+		if c.Config.ContentOnly {
+			name += "/content-only"
+		}
 		t.Run(name, func(t *testing.T) {
 			base, err := ParseBaseline(c.Config.MemBaseline)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := Config{NoStdNorm: c.Config.NoStdNorm, MemBaseline: base, MemPool: Pool(c.Config.MemPool), MemCoef: c.Config.MemCoef}
+			cfg := Config{NoStdNorm: c.Config.NoStdNorm, MemBaseline: base, MemPool: Pool(c.Config.MemPool), MemCoef: c.Config.MemCoef,
+				MemContentOnly: c.Config.ContentOnly}
 			rows, _, err := Compute(cfg, scores, turns)
 			if err != nil {
 				t.Fatalf("Compute: %v", err)

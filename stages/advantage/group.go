@@ -1,6 +1,9 @@
 package advantage
 
-import "math"
+import (
+	"bytes"
+	"math"
+)
 
 // All sums below run left to right over the slice as given, in float64; callers pass
 // values in a fixed order (samples ascending, then turns ascending), so results are
@@ -97,4 +100,51 @@ func TokenAdvantages(n int, outcome float64, mem *Span, coef, memory float64) []
 		}
 	}
 	return out
+}
+
+// ContentSpan returns the content tokens of a memory span: of the tokens mem covers in a
+// response whose tokens decode to pieces, those whose bytes lie wholly after the span's
+// open tag and before its close tag. A token that holds tag bytes (a tag split over
+// tokens, or a token holding "</mem>" and the next block's first bytes) is not content,
+// nor is a token without bytes at either end. ok is false when the text of mem does not
+// start with open and end with close (a span that is not a memory block of this
+// protocol); an empty content span {s, s} is a memory with nothing between its tags.
+func ContentSpan(pieces []string, mem Span, open, close string) (content Span, ok bool) {
+	if mem.Start < 0 || mem.End > len(pieces) || mem.End <= mem.Start {
+		return Span{}, false
+	}
+	var text []byte
+	offs := make([]int, 0, mem.End-mem.Start+1)
+	for _, p := range pieces[mem.Start:mem.End] {
+		offs = append(offs, len(text))
+		text = append(text, p...)
+	}
+	offs = append(offs, len(text))
+	// A token the span shares with text before or after the block holds bytes outside the
+	// tags; the tags are looked up inside the span's text.
+	lo := bytes.Index(text, []byte(open))
+	hi := bytes.LastIndex(text, []byte(close))
+	if lo < 0 || hi < lo+len(open) {
+		return Span{}, false
+	}
+	from, to := lo+len(open), hi
+	content = Span{Start: -1, End: -1}
+	for i := 0; i < len(offs)-1; i++ {
+		a, b := offs[i], offs[i+1]
+		if b > a && a >= from && b <= to {
+			if content.Start < 0 {
+				content.Start = mem.Start + i
+			}
+			content.End = mem.Start + i + 1
+		}
+	}
+	if content.Start < 0 {
+		// Nothing wholly inside: an empty span right after the open tag's last token.
+		i := 0
+		for i < len(offs)-1 && offs[i+1] <= from {
+			i++
+		}
+		return Span{Start: mem.Start + i, End: mem.Start + i}, true
+	}
+	return content, true
 }

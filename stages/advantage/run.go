@@ -3,14 +3,17 @@ package advantage
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/stats"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/bpe"
 )
 
 // Stage is the advantage stage's name in cache keys and manifests.
@@ -35,6 +38,11 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	if err != nil {
 		return nil, err
 	}
+	if cfg.MemContentOnly {
+		if ds.tags, err = memoryTags(ds.rollouts); err != nil {
+			return nil, err
+		}
+	}
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindAdvantages, format.AdvantagesVersion
 	spec.Config, spec.Shards, spec.Inputs = cfg, ds.rollouts.Len(), inputs
 	spec.Summarize = func(dir string, outputs []format.Output) (map[string]float64, error) {
@@ -45,7 +53,62 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec) (*jobs.Resu
 	})
 }
 
-type datasets struct{ rollouts, scores, logprobs *format.Dataset }
+type datasets struct {
+	rollouts, scores, logprobs *format.Dataset
+	// tags finds the memory's content tokens; set only with Config.MemContentOnly.
+	tags *memTags
+}
+
+// memTags is what locating a memory's content tokens needs: the tokenizer of the policy
+// that generated the rollouts (to decode each response token) and the protocol's memory
+// tags, both named by the rollouts' manifest.
+type memTags struct {
+	tok         *bpe.Tokenizer
+	open, close string
+}
+
+// memoryTags reads the memory tags from the rollouts' resolved config (its "protocol")
+// and loads the tokenizer of the policy checkpoint the rollouts name as input "policy".
+// The rollouts' digest already pins that policy, so the cache key needs nothing more.
+func memoryTags(rollouts *format.Dataset) (*memTags, error) {
+	var cfg struct {
+		Protocol json.RawMessage `json:"protocol"`
+	}
+	if err := json.Unmarshal(rollouts.Manifest.Config, &cfg); err != nil || len(cfg.Protocol) == 0 {
+		return nil, fmt.Errorf("advantage: --mem-content-only: %s: the manifest's config has no protocol (%v); rerun the rollout stage: %w",
+			rollouts.Dir, err, ErrInput)
+	}
+	p, err := protocol.Parse(cfg.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("advantage: --mem-content-only: %s: protocol: %w", rollouts.Dir, err)
+	}
+	if p.Memory.Open == "" || p.Memory.Close == "" {
+		return nil, fmt.Errorf("advantage: --mem-content-only: %s: protocol %q has no memory tags: %w", rollouts.Dir, p.Name, ErrConfig)
+	}
+	policy := inputPath(rollouts.Manifest, "policy")
+	if policy == "" {
+		return nil, fmt.Errorf("advantage: --mem-content-only: %s: the manifest names no policy input: %w", rollouts.Dir, ErrInput)
+	}
+	tok, err := bpe.Load(filepath.Join(policy, jobs.TokenizerFile))
+	if err != nil {
+		return nil, fmt.Errorf("advantage: --mem-content-only needs the tokenizer of the rollouts' policy %s (run from the directory the rollouts were made in): %w", policy, err)
+	}
+	return &memTags{tok: tok, open: p.Memory.Open, close: p.Memory.Close}, nil
+}
+
+// content returns the content span of the memory span of r.
+func (m *memTags) content(r *format.Rollout, span Span) (Span, error) {
+	pieces := make([]string, len(r.ResponseIDs))
+	for i, id := range r.ResponseIDs {
+		pieces[i] = m.tok.Decode([]int32{id})
+	}
+	c, ok := ContentSpan(pieces, span, m.open, m.close)
+	if !ok {
+		return Span{}, fmt.Errorf("uid %s sample %d turn %d: mem span [%d,%d) does not decode to a %s…%s block: %w",
+			r.UID, r.Sample, r.Turn, span.Start, span.End, m.open, m.close, ErrInput)
+	}
+	return c, nil
+}
 
 // openInputs opens the three datasets and checks they belong together: scores and
 // logprobs must have been computed from this very rollouts dataset (their manifests name
@@ -77,6 +140,15 @@ func openInputs(in Inputs) (datasets, []format.Input, error) {
 		}
 	}
 	return ds, inputs, nil
+}
+
+func inputPath(m *format.Manifest, name string) string {
+	for _, in := range m.Inputs {
+		if in.Name == name {
+			return in.Path
+		}
+	}
+	return ""
 }
 
 func inputDigest(m *format.Manifest, name string) string {
@@ -112,6 +184,18 @@ func computeShard(cfg Config, ds datasets, w *jobs.Work) error {
 	turns, err := joinTurns(rolls, lps, ds.logprobs.Path(w.Shard), cfg.MemCoef != 0, cfg.MemBaseline)
 	if err != nil {
 		return err
+	}
+	if ds.tags != nil {
+		for i := range turns {
+			if turns[i].Mem == nil {
+				continue
+			}
+			c, err := ds.tags.content(&rolls[i], *turns[i].Mem)
+			if err != nil {
+				return fmt.Errorf("%s: row %d: %w", ds.rollouts.Path(w.Shard), i, err)
+			}
+			turns[i].Content = &c
+		}
 	}
 	scores := make([]Score, len(scoreRows))
 	for i, s := range scoreRows {

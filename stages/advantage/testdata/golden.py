@@ -13,7 +13,8 @@ this in float32; the Go test allows 1e-6 for that and for summation order. One r
 trajectory is fed to it (MemPO's group is the n trajectories of a question, not their turns),
 then each turn of a trajectory carries its trajectory's advantage.
 
-The memory part follows DESIGN.md section 7: R^M = P_mem - b (b = P_full, P_ctx, 0 or a constant); A^M normalised over the
+With mem_content_only the memory part goes on the content span (the mem span less its
+tags) instead of the whole span. The memory part follows DESIGN.md section 7: R^M = P_mem - b (b = P_full, P_ctx, 0 or a constant); A^M normalised over the
 question's memories (or per turn index), unbiased std, epsilon 1e-6, zero for a pool of
 fewer than two values or all values equal; per token A^T + coef*A^M on the <mem> span,
 A^T elsewhere, rounded to float32.
@@ -132,7 +133,8 @@ def compute(cfg, scores, turns):
         a_m = mem_adv.get(i, 0.0)
         toks = [f32(a_t)] * t["response_len"]
         if "mem" in t:
-            for j in range(t["mem"]["start"], t["mem"]["end"]):
+            span = t["content"] if cfg.get("mem_content_only") else t["mem"]
+            for j in range(span["start"], span["end"]):
                 toks[j] = f32(a_t + cfg["mem_coef"] * a_m)
         out.append({"adv_outcome": a_t, "mem_reward": mem_reward.get(i, 0.0),
                     "adv_memory": a_m, "advantages": toks})
@@ -144,6 +146,10 @@ CONFIGS = [
     {"no_std_norm": True, "mem_baseline": "const:0.25", "mem_pool": "turn", "mem_coef": 0.5},
     {"no_std_norm": False, "mem_baseline": "none", "mem_pool": "question", "mem_coef": 0.0},
     {"no_std_norm": False, "mem_baseline": "context", "mem_pool": "turn", "mem_coef": 1.0},
+    # The memory advantage on the content tokens only: the tags are the span's first and
+    # last token (one token each, as the demo's tokenizer has them).
+    {"no_std_norm": False, "mem_baseline": "full", "mem_pool": "question", "mem_coef": 1.0,
+     "mem_content_only": True},
 ]
 
 
@@ -154,6 +160,10 @@ def main():
     for t in turns:
         if "mem" in t:
             t["p_ctx"] = ctx.random()
+            # Content: the span without its first and last token (the tags); empty for a
+            # span of one or two tokens. No random draw, so every other column stays.
+            start = t["mem"]["start"] + 1
+            t["content"] = {"start": start, "end": max(start, t["mem"]["end"] - 1)}
     doc = {
         "scores": scores,
         "turns": turns,

@@ -35,6 +35,7 @@ func (cmd *command) flags() *app.Flags {
 		app.Text(&cfg.MemBaseline, cli.StringFlag{Name: "mem-baseline", Category: "Advantage", Value: cfg.MemBaseline.String(), Usage: "memory reward baseline b in R^M = P_mem − b: full (b = P_full), context (b = P_ctx, scored by mempo-logprob --p-ctx), const:<v> (|v| at most 1e6), or none"}, stage.ParseBaseline),
 		app.Enum(&cfg.MemPool, cli.StringFlag{Name: "mem-pool", Category: "Advantage", Usage: "memory advantage normalisation pool: question (all trajectories × turns of a question) or turn (per turn index)"}, stage.ParsePool),
 		app.Float64(&cfg.MemCoef, cli.Float64Flag{Name: "mem-coef", Category: "Advantage", Usage: "λ, the weight of the memory advantage on <mem> tokens; 0 is plain GRPO; at most 1e6 in magnitude"}),
+		app.Bool(&cfg.MemContentOnly, cli.BoolFlag{Name: "mem-content-only", Category: "Advantage", Usage: "add λ·A^M only on the memory's content tokens, not on its <mem> and </mem> tag tokens (default: the whole span, tags included, as MemPO); decodes the responses with the tokenizer of the rollouts' policy, so run it from the directory the rollouts were made in (docs/memory-drift.md)"}),
 	})
 }
 
