@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Opens a real run's datasets and checkpoints with the tools the README names:
 # pyarrow.dataset, pandas.read_parquet, DuckDB and transformers' AutoTokenizer
-# (check.py says what each must give).
+# (check.py says what each must give), then serves its policy with `mempo
+# serve-policy` and drives every endpoint and option through OpenAI's Python client
+# (serve_check.py).
 #
 #   build/ecosystem/check.sh            # a fresh tiny run in runs/ecosystem, then the check
 #   build/ecosystem/check.sh RUN_DIR    # check an existing run, e.g. runs/demo
@@ -57,3 +59,7 @@ fi
 echo "ecosystem: checking $run with $py"
 # transformers without torch warns at import that it can load no model; check.py loads none.
 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 "$py" "$here/check.py" "$run"
+# OpenAI's Python client against serve-policy on the run's policy (serve_check.py).
+bin=${BIN:-bin}
+[[ $bin == /* ]] || bin=$root/$bin
+"$py" "$here/serve_check.py" "$run" "$bin/mempo"

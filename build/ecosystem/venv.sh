@@ -20,8 +20,8 @@ eco_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../bench_compare/venv.sh
 . "$eco_here/../bench_compare/venv.sh"
 eco_venv=${ECOSYSTEM_VENV:-$venv_cache/ecosystem-venv}
-# What check.py imports; jinja2 renders the chat templates.
-eco_modules='pyarrow.dataset, pandas, duckdb, transformers, jinja2'
+# What check.py and serve_check.py import; jinja2 renders the chat templates.
+eco_modules='pyarrow.dataset, pandas, duckdb, transformers, jinja2, openai'
 # pip's messages when it could not reach the index at all (DNS, refused, no route,
 # timeouts, a proxy that does not answer), as opposed to an index that answered "no".
 eco_offline='NewConnectionError|ConnectTimeoutError|ProxyError|Read timed out|Network is unreachable|Temporary failure in name resolution|Name or service not known'
@@ -62,7 +62,7 @@ eco_install() {
   # Temp directories an install killed an hour or more ago left behind.
   find "$(dirname "$eco_venv")" -maxdepth 1 -name "$(basename "$eco_venv").tmp.*" -mmin +60 -exec rm -rf {} + 2>/dev/null || true
   tmp=$(mktemp -d "$eco_venv.tmp.XXXXXX") && chmod 755 "$tmp" || return 1
-  echo "ecosystem: installing pyarrow, pandas, duckdb and transformers ($eco_here/requirements.txt) into $eco_venv with $("$py" -V 2>&1) (once; about 120 MB from PyPI, 540 MB installed)" >&2
+  echo "ecosystem: installing pyarrow, pandas, duckdb, transformers and openai ($eco_here/requirements.txt) into $eco_venv with $("$py" -V 2>&1) (once; about 120 MB from PyPI, 540 MB installed)" >&2
   # A subshell, so that its traps remove the temp directory on an interrupt without
   # touching the caller's.
   (
@@ -98,7 +98,7 @@ eco_install() {
       exit 1
     fi
     "$eco_venv/bin/python" -c 'import sys; from importlib.metadata import version as v
-print(f"ecosystem: {sys.prefix} ready:", ", ".join(f"{m} {v(m)}" for m in ("pyarrow", "pandas", "duckdb", "transformers")))' >&2 || true
+print(f"ecosystem: {sys.prefix} ready:", ", ".join(f"{m} {v(m)}" for m in ("pyarrow", "pandas", "duckdb", "transformers", "openai")))' >&2 || true
   ) || rc=$?
   return $rc
 }

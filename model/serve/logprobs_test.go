@@ -14,7 +14,8 @@ import (
 )
 
 // tinyServer serves the tiny preset with random weights on the CPU, its engine
-// decoding up to 4 rows together.
+// decoding one row at a time: log-probs may differ in the last bits with the batch's
+// shape, so only then do a request's choices, streamed or not, agree to the bit.
 func tinyServer(t *testing.T) string {
 	t.Helper()
 	c, err := qwen2.Preset("tiny", 0)
@@ -28,7 +29,7 @@ func tinyServer(t *testing.T) string {
 	if err := m.Init(7); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: 4, TokenBudget: 1 << 16})
+	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: 1, TokenBudget: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
 	}
