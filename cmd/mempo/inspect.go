@@ -2,17 +2,25 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/view"
 )
 
 // inspectCmd is what 'mempo inspect' resolves its flags into.
 type inspectCmd struct {
 	head int // first rows shown; format.Inspect has no default of its own
 	json bool
+	// turns and topMemories select the memory-drift audits instead of the summary.
+	turns       bool
+	topMemories int
 }
 
 func inspectCommand() *cli.Command {
@@ -20,12 +28,26 @@ func inspectCommand() *cli.Command {
 	return app.Command(&cli.Command{
 		Name:      "inspect",
 		Usage:     "describe a dataset: kind, schema, manifest, per-column statistics, first rows",
-		ArgsUsage: "DIR",
+		ArgsUsage: "DIR [DIR...]",
 		Description: `Reads the dataset directory DIR (its _manifest.json and every shard it lists;
 a directory without a manifest is not a dataset). Each shard is checked against
 the manifest's sha256 first. Statistics cover every row: min/max/mean of numeric
 columns, length min/max/mean and element statistics of list columns, NaN counts,
-and distinct counts of strings.`,
+and distinct counts of strings.
+
+--turns audits the turn format of rollouts datasets, one line per DIR (give
+several, e.g. every iteration and evaluation cell of a run): invalid turns by
+where the response first leaves the format (no-mem-open, mem-unclosed, no-think,
+think-unclosed, no-action, search-unclosed, answer-unclosed, text-after-action,
+empty-query), trajectories with an invalid turn, those that never return to a
+valid turn, the kind of each trajectory's first invalid turn, and the turns after
+an invalid turn: how many open a memory and how many are valid.
+
+--top-memories N lists the N memories of an advantages dataset with the largest
+memory advantage (N < 0: the smallest), with their form: memory reward, P_mem,
+gold answers held, span length and end, the turn's action or failure kind, and
+any tags or chat markers inside the memory. The rollouts and logprobs are the
+ones its manifest names (or the directories of those names beside DIR).`,
 	}, in.flags(), in.run)
 }
 
@@ -33,10 +55,21 @@ func (in *inspectCmd) flags() *app.Flags {
 	return app.Bind(nil, []app.Flag{
 		app.Int(&in.head, cli.IntFlag{Name: "head", Category: "Inspect", Usage: "number of first rows to show"}),
 		app.Bool(&in.json, cli.BoolFlag{Name: "json", Category: "Inspect", Usage: "print the summary as one JSON object instead of text"}),
+		app.Bool(&in.turns, cli.BoolFlag{Name: "turns", Category: "Audit", Usage: "audit the turn format of rollouts datasets: invalid turns by kind, first failures, recovery (one line per DIR)"}),
+		app.Int(&in.topMemories, cli.IntFlag{Name: "top-memories", Category: "Audit", Usage: "list the `N` memories of an advantages dataset with the largest memory advantage and their form (N < 0: the smallest); 0 is off"}),
 	})
 }
 
 func (in *inspectCmd) run(c *cli.Context) error {
+	if in.turns && in.topMemories != 0 {
+		return cli.Exit("inspect: --turns and --top-memories are two audits; give one", 2)
+	}
+	if in.turns {
+		return in.runTurns(c)
+	}
+	if in.topMemories != 0 {
+		return in.runTopMemories(c)
+	}
 	if c.NArg() != 1 {
 		return cli.Exit("inspect: want exactly one dataset directory, e.g. mempo inspect runs/demo/iter-0/rollouts", 2)
 	}
@@ -54,4 +87,85 @@ func (in *inspectCmd) run(c *cli.Context) error {
 		return enc.Encode(s)
 	}
 	return s.WriteText(c.App.Writer)
+}
+
+func (in *inspectCmd) encode(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (in *inspectCmd) runTurns(c *cli.Context) error {
+	if c.NArg() < 1 {
+		return cli.Exit("inspect --turns: want one or more rollouts dataset directories, e.g. mempo inspect --turns runs/demo/mempo/iter-*/rollouts", 2)
+	}
+	var audits []view.TurnAudit
+	for _, dir := range c.Args().Slice() {
+		a, err := view.AuditTurns(dir)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("inspect --turns: %v", err), 1)
+		}
+		audits = append(audits, a)
+	}
+	if in.json {
+		return in.encode(c.App.Writer, audits)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "dataset\tturns\tinvalid\trate\ttrajectories\twith invalid\tnever recover\tafter invalid: open mem / valid\tinvalid turns by kind\tfirst invalid turn by kind")
+	for _, a := range audits {
+		rate := 0.0
+		if a.Turns > 0 {
+			rate = float64(a.Invalid) / float64(a.Turns)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%d\t%d\t%d\t%d of %d / %d\t%s\t%s\n", a.Dir, a.Turns, a.Invalid, rate,
+			a.Trajectories, a.WithInvalid, a.NeverRecover, a.PostInvalidMem, a.PostInvalid, a.Recovered,
+			kindList(a.Kinds), kindList(a.FirstKinds))
+	}
+	return tw.Flush()
+}
+
+// kindList writes counts by failure kind in format order, "-" when there are none.
+func kindList(m map[string]int) string {
+	var parts []string
+	for _, k := range append(view.FailureKinds, "other") {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (in *inspectCmd) runTopMemories(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("inspect --top-memories: want exactly one advantages dataset directory, e.g. mempo inspect --top-memories 10 runs/demo/mempo/iter-4/advantages", 2)
+	}
+	ms, err := view.TopMemories(c.Args().First(), in.topMemories)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("inspect --top-memories: %v", err), 1)
+	}
+	if in.json {
+		return in.encode(c.App.Writer, ms)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "A^M\tR^M\tA^T\tP_mem\tgolds\ttokens\tend/response\tturn\tkind\tformat text\tuid/sample\tmemory")
+	for _, m := range ms {
+		ft := strings.Join(m.FormatText, " ")
+		if ft == "" {
+			ft = "-"
+		}
+		fmt.Fprintf(tw, "%.2f\t%.3f\t%.2f\t%.3f\t%s\t%d\t%d/%d\t%d\t%s\t%s\t%s/%d\t%q\n", m.AdvMemory, m.MemReward, m.AdvOutcome,
+			m.PMem, m.Golds, m.Tokens, m.MemEnd, m.ResponseTokens, m.Turn, m.Kind, ft, m.UID, m.Sample, clip(m.Memory, 90))
+	}
+	return tw.Flush()
+}
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
