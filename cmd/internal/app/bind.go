@@ -78,6 +78,12 @@ func (fs *Flags) action(run cli.ActionFunc) cli.ActionFunc {
 // Then returns f with fn run after f stores its value, for a setting whose effect goes
 // beyond its field (libtorch's thread pool); fn's error comes back naming the flag.
 func (f Flag) Then(fn func() error) Flag {
+	return f.ThenWith(func(*cli.Context) error { return fn() })
+}
+
+// ThenWith is Then for a setting whose effect depends on the command's other flags,
+// which fn reads from c.
+func (f Flag) ThenWith(fn func(c *cli.Context) error) Flag {
 	store, name := f.store, f.flag.Names()[0]
 	f.store = func(c *cli.Context) error {
 		if store != nil {
@@ -85,7 +91,7 @@ func (f Flag) Then(fn func() error) Flag {
 				return err
 			}
 		}
-		return flagError(name, fn())
+		return flagError(name, fn(c))
 	}
 	return f
 }

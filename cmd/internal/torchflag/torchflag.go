@@ -32,10 +32,15 @@ func Runtime(device, dtype, attention *string) []app.Flag {
 // Device binds --device to a stage's Device field. It is checked as the flags are
 // resolved (from the command line, MEMPO_DEVICE or --config), before any input is
 // opened: a typo is a usage error, and a CUDA device this binary cannot use (a CPU-only
-// libtorch, no visible GPU, an index past the last) a failure saying which.
+// libtorch, no visible GPU, an index past the last) a failure saying which — except
+// under --merge, which runs no model: the merge of GPU workers' parts passes their
+// --device (part of the key each part is checked against) from a machine without one.
 func Device(dst *string) app.Flag {
 	return app.String(dst, cli.StringFlag{Name: "device", Category: "Runtime",
-		Usage: "where the models run: cpu, cuda or cuda:N"}).Check(func() error { return CheckDevice(*dst) }).Then(func() error {
+		Usage: "where the models run: cpu, cuda or cuda:N"}).Check(func() error { return CheckDevice(*dst) }).ThenWith(func(c *cli.Context) error {
+		if c.Int(app.MergeFlag.Name) > 0 {
+			return nil
+		}
 		_, err := torch.Device(*dst)
 		return err
 	})

@@ -77,6 +77,9 @@ func TestDeviceRefusedAtFlagTime(t *testing.T) {
 		{"environment", nil, "cuda", app.ExitFailure, cpuOnly},
 		{"config", []string{"--config", config}, "", app.ExitFailure, cpuOnly},
 		{"flag overrides config", []string{"--config", config, "--device", "cpu"}, "", app.ExitOK, ""},
+		// A merge runs no model: the GPU workers' --device is taken as it is.
+		{"merge", []string{"--device", "cuda", "--merge", "2"}, "", app.ExitOK, ""},
+		{"merge, typo", []string{"--device", "gpu", "--merge", "2"}, "", app.ExitUsage, `--device: "gpu": want cpu, cuda or cuda:N`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,7 +88,8 @@ func TestDeviceRefusedAtFlagTime(t *testing.T) {
 				os.Unsetenv("MEMPO_DEVICE")
 			}
 			device, ran := "cpu", false
-			a := app.New("stage", "", app.Bind(nil, []app.Flag{Device(&device)}), func(*cli.Context) error { ran = true; return nil })
+			flags := append([]app.Flag{Device(&device)}, app.Unbound(app.MergeFlag)...)
+			a := app.New("stage", "", app.Bind(nil, flags), func(*cli.Context) error { ran = true; return nil })
 			var stderr strings.Builder
 			a.Writer, a.ErrWriter = io.Discard, &stderr
 			code := app.Main(a, append([]string{"stage"}, tt.args...))
