@@ -5,9 +5,9 @@
 Starts the server on a free loopback port and checks, through the client's own types,
 every endpoint and option the server implements: models, completions (string and
 list prompts, n, seed, logprobs with alternatives, echo, stop strings,
-stop_token_ids), chat (logprobs with top_logprobs, n), streamed completions and chats
-of several choices with log-probs (equal to the unstreamed answers), /tokenize and
-/detokenize, and refusals of an unknown and of an unimplemented parameter. Exits 1
+stop_token_ids), chat (logprobs with top_logprobs, n), streamed completions (echo
+too) and chats of several choices with log-probs (equal to the unstreamed answers),
+/tokenize and /detokenize, and refusals of an unknown and of an unimplemented parameter. Exits 1
 naming every check that failed.
 """
 import json
@@ -115,6 +115,25 @@ def completions(c):
             tokens[ch.index] += ch.logprobs.tokens if ch.logprobs else []
     check(texts == [ch.text for ch in r.choices] and tokens == [ch.logprobs.tokens for ch in r.choices],
           "a streamed completion of n 2 with logprobs is the unstreamed one")
+    echoed = c.completions.create(model="policy", prompt="Who was born in", max_tokens=8, seed=1, n=2, logprobs=3,
+                                  echo=True, extra_body=ids_as_text)
+    stream = c.completions.create(model="policy", prompt="Who was born in", max_tokens=8, seed=1, n=2, logprobs=3,
+                                  echo=True, stream=True, extra_body=ids_as_text)
+    texts, lps, firsts = ["", ""], [[], []], [None, None]
+    for chunk in stream:
+        for ch in chunk.choices:
+            if firsts[ch.index] is None:
+                firsts[ch.index] = ch
+            texts[ch.index] += ch.text
+            if ch.logprobs:
+                lps[ch.index] += list(zip(ch.logprobs.tokens, ch.logprobs.token_logprobs, ch.logprobs.top_logprobs))
+    check(all(f is not None and f.text.startswith("Who was born in") and f.logprobs.token_logprobs[0] is None
+              for f in firsts),
+          "echo streamed: each choice's first chunk starts with the prompt, its first token's log-prob null")
+    check(texts == [ch.text for ch in echoed.choices]
+          and lps == [list(zip(ch.logprobs.tokens, ch.logprobs.token_logprobs, ch.logprobs.top_logprobs))
+                      for ch in echoed.choices],
+          "an echoed streamed completion of n 2 with logprobs is the unstreamed one")
 
 
 def chats(c):

@@ -60,7 +60,10 @@ log softmax(logits/T) over the whole vocabulary (T = 1 when greedy), before top-
 top-p: vLLM's default raw log-probs at T = 1. "stream": true answers as server-sent
 events, the OpenAI API's: chunks of each choice's text (and its tokens' log-probs)
 carrying the choice's index, its last chunk with the finish and stop reasons, then
-[DONE] (not with echo). POST /v1/chat/completions takes "messages" (string or
+[DONE]; under echo a choice's first chunk starts with its prompt's text and, with
+logprobs, its prompt tokens' log-probs, as vLLM streams them (with logprobs a choice's
+chunks wait for the prompt's log-probs, which come when its prompt's first completion
+ends). POST /v1/chat/completions takes "messages" (string or
 text-part contents), renders them with the checkpoint's chat template (ChatML without
 one) and the assistant's header, and answers in the chat layout (choices[i].message,
 logprobs.content when "logprobs" is true, with top_logprobs alternatives each).

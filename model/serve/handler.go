@@ -160,9 +160,6 @@ func (s *Server) generate(w http.ResponseWriter, req *http.Request, in Completio
 	if e != nil {
 		return CompletionResponse{}, false, e
 	}
-	if in.Stream && in.Echo {
-		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "echo with stream is not supported; leave one out")
-	}
 	if len(jobs) > s.cfg.MaxInflight {
 		return CompletionResponse{}, false, refuse(http.StatusBadRequest, "%d completions (n x prompts), at most %d (--max-inflight)", len(jobs), s.cfg.MaxInflight)
 	}
@@ -486,16 +483,21 @@ func (s *Server) choice(in CompletionRequest, prompt []int64, c qwen2.Completion
 		choice.StopReason, choice.Text = s.stopReason(in, c.Tokens, text)
 	}
 	if in.Echo {
-		p := make([]int32, len(prompt))
-		for i, t := range prompt {
-			p[i] = int32(t)
-		}
-		choice.Text = strings.ToValidUTF8(s.m.Tok.Decode(p), "\uFFFD") + choice.Text
+		choice.Text = s.promptText(prompt) + choice.Text
 	}
 	if in.Logprobs != nil {
 		choice.Logprobs = s.logprobs(in, prompt, c)
 	}
 	return choice
+}
+
+// promptText is a prompt's text as echo puts it before the completion's.
+func (s *Server) promptText(prompt []int64) string {
+	p := make([]int32, len(prompt))
+	for i, t := range prompt {
+		p[i] = int32(t)
+	}
+	return strings.ToValidUTF8(s.m.Tok.Decode(p), "\uFFFD")
 }
 
 // stopReason is what ended a stopped completion of tokens and text: a stop token id

@@ -410,7 +410,6 @@ func TestRefusals(t *testing.T) {
 		{"n", `{"prompt": [1], "n": 0}`, "n 0", 400},
 		{"best_of", `{"prompt": [1], "n": 2, "best_of": 3}`, "best_of 3", 400},
 		{"more completions than slots", `{"prompt": [[1], [2]], "n": 200}`, "--max-inflight", 400},
-		{"echo with stream", `{"prompt": [1], "echo": true, "stream": true}`, "echo with stream", 400},
 		{"logprobs", `{"prompt": [1], "logprobs": 21}`, "logprobs 21: want 0..20", 400},
 		{"stop_token_ids", `{"prompt": [1], "stop_token_ids": [3, 256]}`, "stop_token_ids: id 256 outside", 400},
 		{"seed", `{"prompt": [1], "seed": 1.5}`, "seed", 400},

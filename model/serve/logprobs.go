@@ -98,16 +98,22 @@ func (s *Server) tokenText(id int32, asIDs bool) string {
 func (s *Server) logprobs(in CompletionRequest, prompt []int64, c qwen2.Completion) *Logprobs {
 	lp, w := newLogprobs(), s.lpWriter(in)
 	if in.Echo {
-		for i, id := range prompt {
-			if i == 0 || i > len(c.PromptLogProbs) {
-				w.add(lp, int32(id), nil, nil)
-				continue
-			}
-			w.add(lp, int32(id), &c.PromptLogProbs[i-1], at(c.PromptTop, i-1))
-		}
+		w.addPrompt(lp, prompt, c.PromptLogProbs, c.PromptTop)
 	}
 	w.addGenerated(lp, c, 0)
 	return lp
+}
+
+// addPrompt appends prompt's tokens, lps[i] and top[i] the log-prob and the
+// alternatives of token i+1 (the first token has none).
+func (w *lpWriter) addPrompt(lp *Logprobs, prompt []int64, lps []float32, top [][]sample.Logprob) {
+	for i, id := range prompt {
+		if i == 0 || i > len(lps) {
+			w.add(lp, int32(id), nil, nil)
+			continue
+		}
+		w.add(lp, int32(id), &lps[i-1], at(top, i-1))
+	}
 }
 
 // addGenerated appends c's generated tokens from the from-th on.

@@ -79,7 +79,7 @@ func TestOpenAIGoClient(t *testing.T) {
 // TestOpenAIGoClientOptions drives the tiny model through OpenAI's Go client with
 // each option the server implements beyond the basics: logprobs with alternatives
 // and echo, stop_token_ids (an extra field), streams of several choices with
-// log-probs on both endpoints, read through the client's types, and /tokenize and
+// log-probs on both endpoints, echo among them, read through the client's types, and /tokenize and
 // /detokenize through its raw Post.
 func TestOpenAIGoClientOptions(t *testing.T) {
 	url := tinyServer(t)
@@ -146,6 +146,33 @@ func TestOpenAIGoClientOptions(t *testing.T) {
 	for i, w := range whole.Choices {
 		if texts[i] != w.Text || !slices.Equal(tokens[i], w.Logprobs.Tokens) {
 			t.Errorf("streamed completion %d: %q %q, want %q %q", i, texts[i], tokens[i], w.Text, w.Logprobs.Tokens)
+		}
+	}
+
+	// Echo streamed: each choice's prompt first, its tokens' log-probs the first null.
+	params.Echo = openai.Bool(true)
+	whole, err = client.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream = client.Completions.NewStreaming(ctx, params)
+	texts, tokens = make([]string, 2), make([][]string, 2)
+	values := make([][]float64, 2)
+	for stream.Next() {
+		ch := stream.Current().Choices[0]
+		if texts[ch.Index] == "" && (!strings.HasPrefix(ch.Text, "the cat") || ch.Logprobs.TokenLogprobs[0] != 0) {
+			t.Errorf("echoed stream %d's first chunk %q with log-probs %v: want the prompt first, its first token's null", ch.Index, ch.Text, ch.Logprobs.TokenLogprobs)
+		}
+		texts[ch.Index] += ch.Text
+		tokens[ch.Index] = append(tokens[ch.Index], ch.Logprobs.Tokens...)
+		values[ch.Index] = append(values[ch.Index], ch.Logprobs.TokenLogprobs...)
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range whole.Choices {
+		if texts[i] != w.Text || !slices.Equal(tokens[i], w.Logprobs.Tokens) || !slices.Equal(values[i], w.Logprobs.TokenLogprobs) {
+			t.Errorf("echoed streamed completion %d: %q %q %v, want %q %q %v", i, texts[i], tokens[i], values[i], w.Text, w.Logprobs.Tokens, w.Logprobs.TokenLogprobs)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/sample"
 )
 
 // A streamed request ("stream": true) is answered with server-sent events as the
@@ -18,6 +19,14 @@ import (
 // that text's tokens' log-probs when asked for, the last chunk of a choice with its
 // finish and stop reasons, then "data: [DONE]". The sampled tokens, text and
 // log-probs are those of the same request unstreamed.
+//
+// Under echo (completions only) a choice's first chunk starts with its prompt, as
+// vLLM's does: the prompt's text before the first generated text and, with logprobs,
+// the prompt tokens' log-probs (the first null) before the first generated token's.
+// The engine tells a prompt's log-probs with its completion, not as it samples, so
+// with logprobs a choice's chunks are held until the first completion of its prompt
+// ends (the choices of one prompt score it alike: each prefills it whole, under the
+// same temperature); without them the prompt's text goes at once.
 
 // CompletionChunk is one event of a streamed /v1/completions answer.
 type CompletionChunk struct {
@@ -105,9 +114,22 @@ type choiceStream struct {
 	index int
 	ids   []int32
 	lps   []qwen2.Token
-	text  int // bytes of text sent
-	toks  int // tokens whose log-probs were sent
+	text  int // bytes of text sent, the echoed prompt's included
+	toks  int // generated tokens whose log-probs were sent
 	lp    *lpWriter
+	// Under echo: the prompt's ids and text, sent before anything else, with the
+	// prompt's log-probs once known (scored), and whether they were sent.
+	prompt []int64
+	head   string
+	scored *promptScore
+	echoed bool
+}
+
+// promptScore is a prompt's log-probs, from the first of its completions to end.
+type promptScore struct {
+	known bool
+	lps   []float32
+	top   [][]sample.Logprob
 }
 
 // stream sends jobs' tokens as server-sent events while they generate: text in the
@@ -123,11 +145,21 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *http.Re
 	stops, _ := s.stops(in.Stop)
 	_, texts := s.splitStops(stops)
 	st := &streamer{s: s, w: w, flusher: flusher, in: in, chat: chat, id: randomID(), created: s.now().Unix(), texts: len(texts) > 0}
+	n := 1
+	if in.N != nil {
+		n = *in.N
+	}
 	choices := make([]*choiceStream, len(jobs))
-	for i := range jobs {
-		choices[i] = &choiceStream{index: i}
+	scores := make([]promptScore, (len(jobs)+n-1)/n) // per prompt; jobs are n per prompt, in order
+	for i, j := range jobs {
+		choices[i] = &choiceStream{index: i, echoed: !in.Echo}
 		if in.Logprobs != nil {
 			choices[i].lp = s.lpWriter(in)
+		}
+		if in.Echo {
+			c := choices[i]
+			c.prompt, c.head, c.scored = j.seq.Prompt, s.promptText(j.seq.Prompt), &scores[i/n]
+			c.scored.known = c.scored.known || in.Logprobs == nil // no log-probs to wait for
 		}
 		if chat {
 			st.send(i, ChatDelta{Role: "assistant"}, nil, nil, nil)
@@ -147,6 +179,15 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *http.Re
 				fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
 				flusher.Flush()
 				return nil
+			}
+			if c := choices[f.i]; c.scored != nil && !c.scored.known {
+				// The prompt's log-probs are known: its choices' held chunks go now.
+				*c.scored = promptScore{known: true, lps: f.r.c.PromptLogProbs, top: f.r.c.PromptTop}
+				for i, j := range jobs {
+					if choices[i].scored == c.scored && i != f.i {
+						st.advance(choices[i], j.feed.since(len(choices[i].ids)))
+					}
+				}
 			}
 			st.finish(choices[f.i], jobs[f.i], f.r.c)
 			open--
@@ -182,23 +223,33 @@ func waitAll(ctx context.Context, jobs []*job) <-chan doneJob {
 
 // advance takes a choice's new tokens and sends the text that is final (whole
 // characters and, when stops are matched on the text, not the last token's, which a
-// stop may cut), with the log-probs of the tokens it covers.
+// stop may cut), with the log-probs of the tokens it covers; under echo the prompt
+// comes first, once its log-probs are known.
 func (st *streamer) advance(c *choiceStream, toks []qwen2.Token) {
-	if len(toks) == 0 {
+	if len(toks) == 0 && c.echoed {
 		return
 	}
 	for _, t := range toks {
 		c.ids = append(c.ids, int32(t.ID))
 		c.lps = append(c.lps, t)
 	}
+	if !c.echoed && !c.scored.known {
+		return // held until the prompt's log-probs are known
+	}
 	upto := c.ids
-	if st.texts {
+	if st.texts && len(upto) > 0 {
 		upto = c.ids[:len(c.ids)-1]
 	}
-	text := wholeChars(st.s.m.Tok.Decode(upto))
+	text := c.head + wholeChars(st.s.m.Tok.Decode(upto))
 	var lp *Logprobs
-	if c.lp != nil && len(upto) > c.toks {
+	if c.lp != nil && !c.echoed {
 		lp = newLogprobs()
+		c.lp.addPrompt(lp, c.prompt, c.scored.lps, c.scored.top)
+	}
+	if c.lp != nil && len(upto) > c.toks {
+		if lp == nil {
+			lp = newLogprobs()
+		}
 		for _, t := range c.lps[c.toks:len(upto)] {
 			c.lp.add(lp, int32(t.ID), &t.LogProb, t.Top)
 		}
@@ -208,6 +259,7 @@ func (st *streamer) advance(c *choiceStream, toks []qwen2.Token) {
 		st.send(c.index, ChatDelta{Content: text[min(c.text, len(text)):]}, lp, nil, nil)
 		c.text = max(c.text, len(text))
 	}
+	c.echoed = true
 }
 
 // finish sends a choice's last chunk: the rest of its text and log-probs, and its

@@ -86,28 +86,7 @@ func TestStreamChoicesAndLogprobs(t *testing.T) {
 	url := tinyServer(t)
 	const req = `"prompt": ["the cat", "a dog"], "n": 2, "max_tokens": 10, "seed": 9, "logprobs": 2, "stop": ["ab"]`
 	whole := completeBody(t, url, `{`+req+`}`)
-	evs := events(t, url+"/v1/completions", `{`+req+`, "stream": true}`)
-	got := make([]Choice, len(whole.Choices))
-	for i := range got {
-		got[i] = Choice{Index: i, Logprobs: newLogprobs()}
-	}
-	for _, ev := range evs[:len(evs)-1] {
-		var c CompletionChunk
-		if err := json.Unmarshal([]byte(ev), &c); err != nil || len(c.Choices) != 1 || c.Choices[0].Index >= len(got) {
-			t.Fatalf("chunk %q: %v", ev, err)
-		}
-		ch, g := c.Choices[0], &got[c.Choices[0].Index]
-		g.Text += ch.Text
-		if ch.Logprobs != nil {
-			g.Logprobs.Tokens = append(g.Logprobs.Tokens, ch.Logprobs.Tokens...)
-			g.Logprobs.TokenLogprobs = append(g.Logprobs.TokenLogprobs, ch.Logprobs.TokenLogprobs...)
-			g.Logprobs.TopLogprobs = append(g.Logprobs.TopLogprobs, ch.Logprobs.TopLogprobs...)
-			g.Logprobs.TextOffset = append(g.Logprobs.TextOffset, ch.Logprobs.TextOffset...)
-		}
-		if ch.FinishReason != nil {
-			g.FinishReason, g.StopReason = *ch.FinishReason, ch.StopReason
-		}
-	}
+	_, got := joinChunks(t, events(t, url+"/v1/completions", `{`+req+`, "stream": true}`), len(whole.Choices))
 	for i, w := range whole.Choices {
 		w.TokenIDs = nil
 		if diff := cmp.Diff(w, got[i]); diff != "" {
@@ -122,7 +101,7 @@ func TestStreamChoicesAndLogprobs(t *testing.T) {
 	}
 	contents, logprobs := make([]string, 2), make([][]any, 2)
 	roles := 0
-	evs = events(t, url+"/v1/chat/completions", `{`+chat+`, "stream": true}`)
+	evs := events(t, url+"/v1/chat/completions", `{`+chat+`, "stream": true}`)
 	for _, ev := range evs[:len(evs)-1] {
 		var c map[string]any
 		if err := json.Unmarshal([]byte(ev), &c); err != nil {
@@ -150,5 +129,85 @@ func TestStreamChoicesAndLogprobs(t *testing.T) {
 	}
 	if roles != 2 {
 		t.Errorf("%d chunks with the assistant's role, want one per choice", roles)
+	}
+}
+
+// joinChunks puts the completion chunks of evs (a stream's events, [DONE] last)
+// together per choice, n choices: their text and log-probs appended, the finish
+// and stop reasons of the last. first is each choice's first chunk.
+func joinChunks(t *testing.T, evs []string, n int) (first []ChunkChoice, got []Choice) {
+	t.Helper()
+	if len(evs) == 0 || evs[len(evs)-1] != "[DONE]" {
+		t.Fatalf("events %q: want chunks, then [DONE]", evs)
+	}
+	first, got = make([]ChunkChoice, n), make([]Choice, n)
+	seen := make([]bool, n)
+	for i := range got {
+		got[i] = Choice{Index: i, Logprobs: newLogprobs()}
+	}
+	for _, ev := range evs[:len(evs)-1] {
+		var c CompletionChunk
+		if err := json.Unmarshal([]byte(ev), &c); err != nil || len(c.Choices) != 1 || c.Choices[0].Index >= n {
+			t.Fatalf("chunk %q: %v", ev, err)
+		}
+		ch, g := c.Choices[0], &got[c.Choices[0].Index]
+		if !seen[ch.Index] {
+			first[ch.Index], seen[ch.Index] = ch, true
+		}
+		g.Text += ch.Text
+		if ch.Logprobs != nil {
+			g.Logprobs.Tokens = append(g.Logprobs.Tokens, ch.Logprobs.Tokens...)
+			g.Logprobs.TokenLogprobs = append(g.Logprobs.TokenLogprobs, ch.Logprobs.TokenLogprobs...)
+			g.Logprobs.TopLogprobs = append(g.Logprobs.TopLogprobs, ch.Logprobs.TopLogprobs...)
+			g.Logprobs.TextOffset = append(g.Logprobs.TextOffset, ch.Logprobs.TextOffset...)
+		}
+		if ch.FinishReason != nil {
+			g.FinishReason, g.StopReason = *ch.FinishReason, ch.StopReason
+		}
+	}
+	return first, got
+}
+
+// TestStreamEcho: on a real model, a streamed echo request, of two prompts with n 2,
+// sends each choice's prompt first, as vLLM does: the first chunk of a choice starts
+// with its prompt's text and, with logprobs, its prompt tokens' log-probs (the first
+// null) before the generated ones'; put together, each choice's chunks are the
+// unstreamed echo answer's text, log-probs, alternatives, text offsets and finish and
+// stop reasons. Without logprobs the text alone is streamed the same way.
+func TestStreamEcho(t *testing.T) {
+	url := tinyServer(t)
+	prompts := []string{"the cat", "the cat", "a dog", "a dog"} // by choice: n 2 per prompt, in prompt order
+	for _, req := range []string{
+		`"prompt": ["the cat", "a dog"], "n": 2, "max_tokens": 8, "seed": 5, "echo": true, "logprobs": 2`,
+		`"prompt": ["the cat", "a dog"], "n": 2, "max_tokens": 10, "seed": 9, "echo": true, "logprobs": 0, "stop": ["ab"]`,
+		`"prompt": ["the cat", "a dog"], "n": 2, "max_tokens": 8, "seed": 5, "echo": true, "stop": ["ab"]`,
+	} {
+		whole := completeBody(t, url, `{`+req+`}`)
+		first, got := joinChunks(t, events(t, url+"/v1/completions", `{`+req+`, "stream": true}`), len(whole.Choices))
+		logprobs := strings.Contains(req, "logprobs")
+		for i, w := range whole.Choices {
+			w.TokenIDs = nil
+			if !logprobs {
+				got[i].Logprobs = nil
+			}
+			if diff := cmp.Diff(w, got[i]); diff != "" {
+				t.Errorf("%s: choice %d (-unstreamed +streamed):\n%s", req, i, diff)
+			}
+			f := first[i]
+			if !strings.HasPrefix(f.Text, prompts[i]) {
+				t.Errorf("%s: choice %d's first chunk %q: want the prompt %q first", req, i, f.Text, prompts[i])
+			}
+			if !logprobs {
+				continue
+			}
+			// bytesTok: a token per byte. With a text stop the first generated token is
+			// held for the next chunk (a stop may cut its text).
+			if f.Logprobs == nil || len(f.Logprobs.Tokens) < len(prompts[i]) ||
+				strings.Join(f.Logprobs.Tokens[:len(prompts[i])], "") != prompts[i] ||
+				f.Logprobs.TokenLogprobs[0] != nil || f.Logprobs.TokenLogprobs[1] == nil {
+				t.Errorf("%s: choice %d's first chunk %+v: want the prompt's %d tokens' log-probs first, the first null",
+					req, i, f.Logprobs, len(prompts[i]))
+			}
+		}
 	}
 }
