@@ -24,6 +24,12 @@ type layout struct {
 type column struct {
 	name   string
 	offset uintptr // of the field within the row struct
+	// optional marks a column added to a kind without a schema version bump: a shard
+	// written without it still reads (the field stays zero), and a writer leaves it out
+	// unless asked for it (WithOptional), so datasets that never fill it keep their bytes.
+	optional bool
+	// zero reports whether the field at p holds its zero value; set for optional columns.
+	zero func(p unsafe.Pointer) bool
 	codec
 }
 
@@ -58,8 +64,8 @@ func register[R Row](k Kind, version int) {
 	seen := map[string]bool{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name := f.Tag.Get("arrow")
-		if name == "" || seen[name] {
+		name, opt, _ := strings.Cut(f.Tag.Get("arrow"), ",")
+		if name == "" || seen[name] || (opt != "" && opt != "optional") {
 			panic(fmt.Sprintf("format: %s.%s: missing or duplicate arrow tag %q", t.Name(), f.Name, name))
 		}
 		seen[name] = true
@@ -67,7 +73,13 @@ func register[R Row](k Kind, version int) {
 		if !ok {
 			panic(fmt.Sprintf("format: %s.%s: unsupported field type %s", t.Name(), f.Name, f.Type))
 		}
-		l.cols = append(l.cols, column{name: name, offset: f.Offset, codec: c})
+		col := column{name: name, offset: f.Offset, codec: c}
+		if opt == "optional" {
+			ft := f.Type
+			col.optional = true
+			col.zero = func(p unsafe.Pointer) bool { return reflect.NewAt(ft, p).Elem().IsZero() }
+		}
+		l.cols = append(l.cols, col)
 		fields = append(fields, arrow.Field{Name: name, Type: c.typ, Nullable: c.nullable})
 	}
 	md := arrow.NewMetadata(
@@ -79,6 +91,31 @@ func register[R Row](k Kind, version int) {
 }
 
 func layoutFor[R Row]() *layout { return layouts[reflect.TypeFor[R]()] }
+
+// without returns the schema of l less the optional columns not in keep, and for each
+// column of l whether it is written.
+func (l *layout) without(keep map[string]bool) (*arrow.Schema, []bool) {
+	written := make([]bool, len(l.cols))
+	var fields []arrow.Field
+	for i, c := range l.cols {
+		if written[i] = !c.optional || keep[c.name]; written[i] {
+			fields = append(fields, l.schema.Field(i))
+		}
+	}
+	md := l.schema.Metadata()
+	return arrow.NewSchema(fields, &md), written
+}
+
+// OptionalColumns lists the optional columns of R's kind (see WithOptional).
+func OptionalColumns[R Row]() []string {
+	var out []string
+	for _, c := range layoutFor[R]().cols {
+		if c.optional {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
 
 // KindOf returns the shard kind and schema version that rows of type R are written as.
 func KindOf[R Row]() (Kind, int) {

@@ -147,6 +147,10 @@ func (r *Reader[R]) decode(rec arrow.RecordBatch, group int) (err error) {
 	n := int(rec.NumRows())
 	sets := make([]func(int, unsafe.Pointer), len(r.l.cols))
 	for j, c := range r.l.cols {
+		if r.cols[j] < 0 {
+			sets[j] = func(int, unsafe.Pointer) {} // an optional column the shard lacks
+			continue
+		}
 		a := rec.Column(r.cols[j])
 		if a.Len() != n {
 			return fmt.Errorf("read %s: column %q: %d values, want %d: %w", path, c.name, a.Len(), n, ErrCorrupt)

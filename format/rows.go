@@ -1,10 +1,12 @@
 package format
 
+import "strings"
+
 // Schema versions, one per kind. Bump a kind's version whenever its columns change
 // meaning, type or name; readers refuse any other version instead of guessing.
 const (
 	// PromptsVersion 2 adds system and user: a question's own first messages as its
-	// source wrote them.
+	// source wrote them. The optional facts column needs no bump (see WithOptional).
 	PromptsVersion = 2
 	// RolloutsVersion 2 records observation_ids for every observation; version 1 left
 	// them empty, so the memory pass scored P_full on histories without the retrieved
@@ -13,6 +15,7 @@ const (
 	ScoresVersion   = 1
 	// LogprobsVersion 2 adds mem_golds and objectives: what each memory holds; 3 adds
 	// p_ctx, the context baseline of the memory reward.
+	// The optional mem_facts and facts columns need no bump.
 	LogprobsVersion   = 3
 	AdvantagesVersion = 1
 	MetricsVersion    = 1
@@ -48,7 +51,45 @@ type Prompt struct {
 	// message and user template around Question instead (always for K > 1).
 	System string `arrow:"system"`
 	User   string `arrow:"user"`
+	// Facts are the question's supporting facts, when its source knows them: what a
+	// memory must hold to answer every objective. Each fact is a list of phrases that
+	// all appear in a memory holding it (FactHeld): the embedded task's [subject,
+	// value], an imported HotpotQA supporting sentence as [sentence]. An optional
+	// column: written only by datasets that have facts, nil when read from others.
+	Facts [][]string `arrow:"facts,optional"`
 }
+
+// FactHeld reports whether memory holds fact: every phrase of the fact appears in the
+// memory, compared case-insensitively as mem_golds compares answers, with runs of
+// white space as one space. A fact with no non-blank phrase is never held.
+func FactHeld(memory string, fact []string) bool {
+	m := foldSpace(memory)
+	held := false
+	for _, p := range fact {
+		p = foldSpace(p)
+		if p == "" {
+			continue
+		}
+		if !strings.Contains(m, p) {
+			return false
+		}
+		held = true
+	}
+	return held
+}
+
+// FactsHeld counts the facts memory holds (FactHeld).
+func FactsHeld(memory string, facts [][]string) int32 {
+	var n int32
+	for _, f := range facts {
+		if FactHeld(memory, f) {
+			n++
+		}
+	}
+	return n
+}
+
+func foldSpace(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
 
 // Rollout is one turn of one sampled trajectory: exactly what the policy saw
 // (PromptIDs, the pruned context) and produced (ResponseIDs).
@@ -109,6 +150,13 @@ type Logprob struct {
 	// claims: memories holding every answer should score higher than those holding none.
 	MemGolds   *int32 `arrow:"mem_golds"`
 	Objectives int32  `arrow:"objectives"` // K of the question; 0 without the memory pass
+	// MemFacts counts the question's supporting facts (Prompt.Facts) the memory holds
+	// (FactHeld), of Facts: the audit by facts beside the audit by answer names, since a
+	// memory can name an answer without the chain that leads to it. nil, and Facts 0,
+	// when the question has no facts, the turn wrote no memory or the memory pass did not
+	// run. Optional columns: written only when the prompts carry facts.
+	MemFacts *int32 `arrow:"mem_facts,optional"`
+	Facts    int32  `arrow:"facts,optional"`
 }
 
 // The classes of a memory by the gold answers it holds (Logprob.Holds), in the order
@@ -131,6 +179,20 @@ func (l *Logprob) Holds() string {
 	case *l.MemGolds == 0:
 		return HoldsNone
 	case *l.MemGolds >= l.Objectives:
+		return HoldsAll
+	}
+	return HoldsSome
+}
+
+// HoldsFacts classes the turn's memory by the supporting facts it holds: HoldsAll,
+// HoldsSome or HoldsNone; "" when MemFacts is unknown (no facts, or no memory).
+func (l *Logprob) HoldsFacts() string {
+	switch {
+	case l.MemFacts == nil || l.Facts <= 0:
+		return ""
+	case *l.MemFacts == 0:
+		return HoldsNone
+	case *l.MemFacts >= l.Facts:
 		return HoldsAll
 	}
 	return HoldsSome

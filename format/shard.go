@@ -164,6 +164,10 @@ func (s *shard) check(l *layout) (leaves []int, cols []int, err error) {
 	var roots []int
 	for _, c := range l.cols {
 		idx := s.schema.FieldIndices(c.name)
+		if len(idx) == 0 && c.optional {
+			roots = append(roots, -1) // absent: the field keeps its zero value
+			continue
+		}
 		if len(idx) == 0 {
 			return nil, nil, fmt.Errorf("read %s: column %q: missing: %w", s.path, c.name, ErrSchemaMismatch)
 		}
@@ -185,6 +189,10 @@ func (s *shard) check(l *layout) (leaves []int, cols []int, err error) {
 		}
 	}
 	for _, r := range roots {
+		if r < 0 {
+			cols = append(cols, -1)
+			continue
+		}
 		cols = append(cols, pos[r])
 	}
 	return leaves, cols, nil

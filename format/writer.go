@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -35,6 +36,7 @@ type options struct {
 	zstdLevel    int
 	mem          memory.Allocator
 	verify       bool
+	optional     map[string]bool // optional columns to write
 }
 
 func newOptions(opts []Option) (options, error) {
@@ -97,17 +99,36 @@ func WithVerify(verify bool) Option {
 	}
 }
 
+// WithOptional names optional columns the writer writes (writer). An optional column
+// (a field tagged `arrow:"name,optional"`) is left out of a shard unless named here, so
+// a dataset whose rows never fill it keeps the bytes it had before the column existed;
+// a reader gives its zero value where a shard lacks it. Writing a row whose left-out
+// optional column holds a value is an error, never a silent drop.
+func WithOptional(names ...string) Option {
+	return func(o *options) error {
+		if o.optional == nil {
+			o.optional = map[string]bool{}
+		}
+		for _, n := range names {
+			o.optional[n] = true
+		}
+		return nil
+	}
+}
+
 // Writer streams rows of one kind into a Parquet shard: zstd, the Arrow schema stored,
 // mempo.kind and mempo.schema_version in the key-value metadata. Rows are buffered up
 // to one row group and flushed. The output is a function of the rows and options only,
 // so identical input gives byte-identical files.
 type Writer[R Row] struct {
-	name   string // file path for errors and Output; "" for a plain io.Writer
-	file   *os.File
-	sink   *hashWriter
-	fw     *pqarrow.FileWriter
-	rb     *array.RecordBuilder
-	app    []func(unsafe.Pointer)
+	name string // file path for errors and Output; "" for a plain io.Writer
+	file *os.File
+	sink *hashWriter
+	fw   *pqarrow.FileWriter
+	rb   *array.RecordBuilder
+	app  []func(unsafe.Pointer)
+	// left are the optional columns left out, checked to be zero in every row.
+	left   []column
 	groupN int // rows per row group
 	buffer int // rows in rb not yet flushed
 	rows   int64
@@ -149,6 +170,12 @@ func newWriter[R Row](w io.Writer, name string, f *os.File, opts []Option) (*Wri
 		return nil, fmt.Errorf("write %s: %w", label, err)
 	}
 	l := layoutFor[R]()
+	for n := range o.optional {
+		if !slices.Contains(OptionalColumns[R](), n) {
+			return nil, fmt.Errorf("write %s: WithOptional(%q): not an optional column of kind %s (optional: %v)", label, n, l.kind, OptionalColumns[R]())
+		}
+	}
+	schema, written := l.without(o.optional)
 	props := parquet.NewWriterProperties(
 		parquet.WithAllocator(o.mem),
 		parquet.WithCompression(compress.Codecs.Zstd),
@@ -159,21 +186,26 @@ func newWriter[R Row](w io.Writer, name string, f *os.File, opts []Option) (*Wri
 	sink := &hashWriter{w: w, h: sha256.New()}
 	var fw *pqarrow.FileWriter
 	err = sink.guard(label, func() (err error) {
-		fw, err = pqarrow.NewFileWriter(l.schema, sink, props,
+		fw, err = pqarrow.NewFileWriter(schema, sink, props,
 			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(o.mem)))
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	rb := array.NewRecordBuilder(o.mem, l.schema)
-	app := make([]func(unsafe.Pointer), len(l.cols))
+	rb := array.NewRecordBuilder(o.mem, schema)
+	var app []func(unsafe.Pointer)
+	var left []column
 	for i, c := range l.cols {
-		enc := c.enc(rb.Field(i))
+		if !written[i] {
+			left = append(left, c)
+			continue
+		}
+		enc := c.enc(rb.Field(len(app)))
 		off := c.offset
-		app[i] = func(p unsafe.Pointer) { enc(unsafe.Add(p, off)) }
+		app = append(app, func(p unsafe.Pointer) { enc(unsafe.Add(p, off)) })
 	}
-	return &Writer[R]{name: name, file: f, sink: sink, fw: fw, rb: rb, app: app, groupN: o.rowGroupRows}, nil
+	return &Writer[R]{name: name, file: f, sink: sink, fw: fw, rb: rb, app: app, left: left, groupN: o.rowGroupRows}, nil
 }
 
 func (w *Writer[R]) label() string {
@@ -194,6 +226,13 @@ func (w *Writer[R]) Write(rows ...R) error {
 	}
 	for i := range rows {
 		p := unsafe.Pointer(&rows[i])
+		for _, c := range w.left {
+			if !c.zero(unsafe.Add(p, c.offset)) {
+				w.err = fmt.Errorf("write %s: row %d: optional column %q holds a value but the writer leaves it out: pass format.WithOptional(%q)",
+					w.label(), w.rows, c.name, c.name)
+				return w.err
+			}
+		}
 		for _, a := range w.app {
 			a(p)
 		}
