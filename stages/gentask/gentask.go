@@ -141,7 +141,7 @@ func writeSet(ctx context.Context, spec jobs.Spec, cfg task.Config, dir, split s
 		for i := lo; i < hi; i++ {
 			rows = append(rows, promptRow(prompts[i], i))
 		}
-		if _, err := format.WriteFile(w.Path, rows); err != nil {
+		if _, err := format.WriteFile(w.Path, rows, format.WithOptional("facts")); err != nil {
 			return err
 		}
 		w.Add(int64(len(rows)), 0)
@@ -151,14 +151,20 @@ func writeSet(ctx context.Context, spec jobs.Spec, cfg task.Config, dir, split s
 
 // promptRow is the prompts row of the i-th prompt of its set. The objectives have no
 // source file, so SourceIndex numbers them in the order the set drew them (prompt i's
-// objective j is i*K+j): one index per objective, as the contract asks.
+// objective j is i*K+j): one index per objective, as the contract asks. Facts are every
+// hop of every objective as [subject, value]: the statement the oracle's memory writes
+// holds both (format.FactHeld).
 func promptRow(p task.Prompt, i int) format.Prompt {
 	idx := make([]int64, len(p.Golds))
 	for j := range idx {
 		idx[j] = int64(i*len(p.Golds) + j)
 	}
+	var facts [][]string
+	for _, h := range p.Facts() {
+		facts = append(facts, []string{h.Subject, h.Value})
+	}
 	return format.Prompt{UID: p.UID, DataSource: p.DataSource, Split: p.Split, SourceIndex: idx,
-		Question: p.Question, Golds: p.Golds}
+		Question: p.Question, Golds: p.Golds, Facts: facts}
 }
 
 // dropStale removes a task.json that describes another config. A task.json that does

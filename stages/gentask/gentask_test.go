@@ -95,11 +95,30 @@ func TestRunWritesTaskDir(t *testing.T) {
 		}
 		want = append(want, task.Dataset{Dir: d.dir, Split: d.split, K: d.k, Rows: int64(d.n), Digest: m.Digest()})
 	}
-	// The train rows are the world's train prompts, in order, golds intact.
+	// The train rows are the world's train prompts, in order, golds intact, with every
+	// hop as a [subject, value] fact; each hop's own document holds its fact, and a fact
+	// names the gold answer where the hop is an objective's last.
 	train := readSet(t, filepath.Join(out, task.TrainDir))
+	docs := map[string]string{}
+	for _, d := range w.Docs() {
+		docs[d.ID] = d.Contents
+	}
 	for i, p := range w.Train {
-		if got := train[i]; got.UID != p.UID || got.Question != p.Question || !cmp.Equal(got.Golds, p.Golds) {
+		got := train[i]
+		if got.UID != p.UID || got.Question != p.Question || !cmp.Equal(got.Golds, p.Golds) {
 			t.Errorf("train row %d = %+v, want uid %s question %q golds %v", i, got, p.UID, p.Question, p.Golds)
+		}
+		hops := p.Facts()
+		if len(got.Facts) != len(hops) || len(hops) < p.K {
+			t.Fatalf("train row %d: %d facts, want one per hop (%d, at least K = %d)", i, len(got.Facts), len(hops), p.K)
+		}
+		for j, h := range hops {
+			if !cmp.Equal(got.Facts[j], []string{h.Subject, h.Value}) {
+				t.Errorf("train row %d fact %d = %q, want [%q %q]", i, j, got.Facts[j], h.Subject, h.Value)
+			}
+			if !format.FactHeld(docs[h.DocID], got.Facts[j]) {
+				t.Errorf("train row %d fact %q: its document %s does not hold it: %q", i, got.Facts[j], h.DocID, docs[h.DocID])
+			}
 		}
 	}
 	if diff := cmp.Diff(want, s.Datasets); diff != "" {

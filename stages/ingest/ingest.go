@@ -55,6 +55,9 @@ type Question struct {
 	// message and its last user message), empty when it has none or Config.KeepPrompt
 	// is off.
 	System, User string
+	// Facts are the question's supporting facts where the source has them (HotpotQA's
+	// supporting_facts, resolved to their sentences), nil otherwise.
+	Facts [][]string
 }
 
 // Report counts what an import did.
@@ -136,10 +139,16 @@ func Compose(qs []Question, k int) (prompts []format.Prompt, dropped int, err er
 func compose(qs []Question) format.Prompt {
 	p := format.Prompt{DataSource: qs[0].DataSource, Split: qs[0].Split}
 	texts := make([]string, len(qs))
+	allFacts := true
 	for i, q := range qs {
 		texts[i] = q.Text
 		p.SourceIndex = append(p.SourceIndex, q.Index)
 		p.Golds = append(p.Golds, q.Golds)
+		p.Facts = append(p.Facts, q.Facts...)
+		allFacts = allFacts && len(q.Facts) > 0
+	}
+	if !allFacts {
+		p.Facts = nil // some objective's facts are unknown: "holds every fact" would lie
 	}
 	p.Question = strings.Join(texts, "; ")
 	p.UID = UID(p.DataSource, p.Split, p.SourceIndex, p.Question)

@@ -2,15 +2,18 @@ package ingest
 
 import (
 	"compress/gzip"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
 )
 
 // The fixtures come from testdata/make_fixtures.py (pyarrow); see its docstring.
@@ -27,13 +30,13 @@ func TestReadParquetSearchR1(t *testing.T) {
 		t.Fatalf("ReadParquet error: %v", err)
 	}
 	want := []Question{
-		{"nq", "train", 0, "who wrote the play hamlet", []string{"William Shakespeare", "Shakespeare"}, "", searchR1User("who wrote the play hamlet")},
-		{"nq", "train", 1, "what is the capital city of australia", []string{"Canberra"}, "", searchR1User("what is the capital city of australia")},
-		{"hotpotqa", "train", 2, "which river flows through the city where the eiffel tower stands", []string{"Seine", "the Seine", "River Seine"}, "", searchR1User("which river flows through the city where the eiffel tower stands")},
-		{"nq", "train", 3, "how many strings does a standard violin have", []string{"four", "4"}, "", searchR1User("how many strings does a standard violin have")},
-		{"hotpotqa", "train", 4, "who directed the film that won best picture in 1998", []string{"James Cameron"}, "", searchR1User("who directed the film that won best picture in 1998")},
-		{"nq", "train", 5, "what element has the chemical symbol fe", []string{"iron"}, "", searchR1User("what element has the chemical symbol fe")},
-		{"nq", "train", 6, "in which year did the berlin wall fall", []string{"1989"}, "", searchR1User("in which year did the berlin wall fall")},
+		{"nq", "train", 0, "who wrote the play hamlet", []string{"William Shakespeare", "Shakespeare"}, "", searchR1User("who wrote the play hamlet"), nil},
+		{"nq", "train", 1, "what is the capital city of australia", []string{"Canberra"}, "", searchR1User("what is the capital city of australia"), nil},
+		{"hotpotqa", "train", 2, "which river flows through the city where the eiffel tower stands", []string{"Seine", "the Seine", "River Seine"}, "", searchR1User("which river flows through the city where the eiffel tower stands"), nil},
+		{"nq", "train", 3, "how many strings does a standard violin have", []string{"four", "4"}, "", searchR1User("how many strings does a standard violin have"), nil},
+		{"hotpotqa", "train", 4, "who directed the film that won best picture in 1998", []string{"James Cameron"}, "", searchR1User("who directed the film that won best picture in 1998"), nil},
+		{"nq", "train", 5, "what element has the chemical symbol fe", []string{"iron"}, "", searchR1User("what element has the chemical symbol fe"), nil},
+		{"nq", "train", 6, "in which year did the berlin wall fall", []string{"1989"}, "", searchR1User("in which year did the berlin wall fall"), nil},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadParquet(search_r1.parquet) (-want +got):\n%s", diff)
@@ -47,9 +50,9 @@ func TestReadParquetVerlPlain(t *testing.T) {
 		t.Fatalf("ReadParquet error: %v", err)
 	}
 	want := []Question{
-		{"toy", "verl_plain", 0, "what is 2 plus 3", []string{"5"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what is 2 plus 3\n"},
-		{"toy", "verl_plain", 1, "name the largest planet", []string{"Jupiter"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: name the largest planet\n"},
-		{"toy", "verl_plain", 2, "what colour is the sky", []string{"blue"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what colour is the sky\n"},
+		{"toy", "verl_plain", 0, "what is 2 plus 3", []string{"5"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what is 2 plus 3\n", nil},
+		{"toy", "verl_plain", 1, "name the largest planet", []string{"Jupiter"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: name the largest planet\n", nil},
+		{"toy", "verl_plain", 2, "what colour is the sky", []string{"blue"}, "You are a helpful assistant.", "Answer briefly.\nQuestion: what colour is the sky\n", nil},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadParquet(verl_plain.parquet) (-want +got):\n%s", diff)
@@ -194,9 +197,9 @@ func TestReadJSONL(t *testing.T) {
 		t.Fatalf("ReadJSONL error: %v", err)
 	}
 	want := []Question{
-		{"dev", "dev", 0, "q0", []string{"a", "b"}, "", ""},
-		{"nq", "test", 1, "q1", []string{"c"}, "", ""},
-		{"dev", "dev", 2, "q2", []string{"1989", "1989.0"}, "", ""},
+		{"dev", "dev", 0, "q0", []string{"a", "b"}, "", "", nil},
+		{"nq", "test", 1, "q1", []string{"c"}, "", "", nil},
+		{"dev", "dev", 2, "q2", []string{"1989", "1989.0"}, "", "", nil},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadJSONL (-want +got):\n%s", diff)
@@ -268,9 +271,9 @@ func TestComposeK(t *testing.T) {
 		t.Errorf("Compose(k=0) error = %v, want ErrInput", err)
 	}
 	qs := []Question{
-		{"a", "train", 0, "q0", []string{"x"}, "", ""},
-		{"a", "test", 1, "q1", []string{"y"}, "", ""},
-		{"a", "train", 2, "q2", []string{"z"}, "", ""},
+		{"a", "train", 0, "q0", []string{"x"}, "", "", nil},
+		{"a", "test", 1, "q1", []string{"y"}, "", "", nil},
+		{"a", "train", 2, "q2", []string{"z"}, "", "", nil},
 	}
 	got, dropped, err := Compose(qs, 2)
 	if err != nil || len(got) != 1 || dropped != 1 || got[0].Question != "q0; q2" {
@@ -297,6 +300,102 @@ func TestImportKeepsPrompt(t *testing.T) {
 		}
 		if got[0].System != "" || got[0].User != "" {
 			t.Errorf("%+v: prompt messages %q, %q; want none", cfg, got[0].System, got[0].User)
+		}
+	}
+}
+
+// HotpotQA's supporting facts, [title, sentence index] into context, import as the
+// sentences they name, in both HotpotQA's own JSON and the Hugging Face form; composed
+// prompts carry every objective's facts, or none when one objective has none; the
+// prompts dataset writes the facts column only when some prompt has facts.
+func TestImportHotpotQAFacts(t *testing.T) {
+	path := writeTemp(t, "hotpot.jsonl", `{"question": "Which river flows through the city of the Eiffel Tower?", "answer": "Seine", "supporting_facts": [["Eiffel Tower", 1], ["Paris", 0]], "context": [["Eiffel Tower", ["The Eiffel Tower is a tower.", " It stands in Paris. "]], ["Paris", ["Paris lies on the Seine.", "It is a capital."]], ["Distractor", ["Nothing here."]]]}
+{"question": "Who founded the firm in Lyon?", "answer": "Ada", "supporting_facts": {"title": ["Firm"], "sent_id": [0]}, "context": {"title": ["Firm", "Lyon"], "sentences": [["The firm was founded by Ada.", "It is in Lyon."], ["Lyon is a city."]]}}
+{"question": "no facts here", "answer": "x"}
+{"question": "and none here", "answer": "y"}
+`)
+	qs, err := ReadJSONL(path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][][]string{
+		{{"It stands in Paris."}, {"Paris lies on the Seine."}},
+		{{"The firm was founded by Ada."}},
+		nil, nil,
+	}
+	for i, q := range qs {
+		if diff := cmp.Diff(want[i], q.Facts); diff != "" {
+			t.Errorf("question %d facts (-want +got):\n%s", i, diff)
+		}
+	}
+
+	ps, _, err := Compose(qs, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 {
+		t.Fatalf("%d prompts, want 2", len(ps))
+	}
+	if diff := cmp.Diff(append(slices.Clone(want[0]), want[1]...), ps[0].Facts); diff != "" {
+		t.Errorf("composed facts (-want +got):\n%s", diff)
+	}
+	if ps[1].Facts != nil {
+		t.Errorf("prompt without facts has %v", ps[1].Facts)
+	}
+	// One objective without facts: the composed prompt has none.
+	mixed, _, err := Compose([]Question{qs[0], qs[2]}, 2)
+	if err != nil || len(mixed) != 1 || mixed[0].Facts != nil {
+		t.Errorf("mixed composition = %+v, %v; want one prompt without facts", mixed, err)
+	}
+
+	for _, c := range []struct {
+		file  string
+		lines string
+		facts bool
+	}{{"hotpot.jsonl", "", true}, {"plain.jsonl", `{"question": "q", "answer": "a"}` + "\n", false}} {
+		in := path
+		if c.lines != "" {
+			in = writeTemp(t, c.file, c.lines)
+		}
+		out := filepath.Join(t.TempDir(), "prompts")
+		if _, err := Run(context.Background(), RunConfig{Config: Config{K: 1}, Inputs: []string{in}, ShardRows: 1}, jobs.Spec{Out: out}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := format.ReadPrompts(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := format.Inspect(out, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := slices.ContainsFunc(s.Schema, func(f format.Field) bool { return f.Name == "facts" })
+		if has != c.facts {
+			t.Errorf("%s: facts column written %v, want %v", c.file, has, c.facts)
+		}
+		n := 0
+		for _, r := range rows {
+			if len(r.Facts) > 0 {
+				n++
+			}
+		}
+		if c.facts && n != 2 || !c.facts && n != 0 {
+			t.Errorf("%s: %d prompts read back with facts", c.file, n)
+		}
+	}
+}
+
+func TestImportHotpotQAFactsErrors(t *testing.T) {
+	for name, line := range map[string]string{
+		"unknown paragraph": `{"question": "q", "answer": "a", "supporting_facts": [["Nope", 0]], "context": [["Yes", ["s"]]]}`,
+		"sentence range":    `{"question": "q", "answer": "a", "supporting_facts": [["Yes", 3]], "context": [["Yes", ["s"]]]}`,
+		"no context":        `{"question": "q", "answer": "a", "supporting_facts": [["Yes", 0]]}`,
+		"bad pair":          `{"question": "q", "answer": "a", "supporting_facts": [["Yes"]], "context": [["Yes", ["s"]]]}`,
+	} {
+		path := writeTemp(t, "bad.jsonl", line+"\n")
+		_, err := ReadJSONL(path, Config{})
+		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "supporting") && !strings.Contains(err.Error(), "context") {
+			t.Errorf("%s: err = %v, want ErrInput naming line 1 and the field", name, err)
 		}
 	}
 }

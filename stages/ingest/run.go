@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mempo/mempo/format"
@@ -88,13 +89,19 @@ func Run(ctx context.Context, cfg RunConfig, spec jobs.Spec) (*jobs.Result, erro
 				"dropped", rep.Dropped, "k", cfg.K)
 		}
 	}
+	// The optional facts column is written, in every shard, only when some prompt has
+	// facts: an import of sources without them keeps its bytes.
+	var opts []format.Option
+	if slices.ContainsFunc(prompts, func(p format.Prompt) bool { return len(p.Facts) > 0 }) {
+		opts = append(opts, format.WithOptional("facts"))
+	}
 	n := len(prompts)
 	shards := (n + cfg.ShardRows - 1) / cfg.ShardRows
 	spec.Stage, spec.Kind, spec.SchemaVersion = Stage, format.KindPrompts, format.PromptsVersion
 	spec.Config, spec.Inputs, spec.Shards = keyed, inputs, shards
 	return jobs.Run(ctx, spec, func(ctx context.Context, w *jobs.Work) error {
 		lo, hi := w.Shard*n/shards, (w.Shard+1)*n/shards
-		if _, err := format.WriteFile(w.Path, prompts[lo:hi]); err != nil {
+		if _, err := format.WriteFile(w.Path, prompts[lo:hi], opts...); err != nil {
 			return err
 		}
 		w.Add(int64(hi-lo), 0)
