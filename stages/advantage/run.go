@@ -298,7 +298,7 @@ func joinTurns(rolls []format.Rollout, lps []format.Logprob, lpPath string, need
 // this run's baseline, ranks informative memories first (0.5 is chance).
 func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (map[string]float64, error) {
 	var outcome, memReward, memAdv, token moments
-	split := map[string][]float64{}
+	split, byFacts := map[string][]float64{}, map[string][]float64{}
 	groups, flat := 0, 0
 	for i, o := range outputs {
 		r, err := format.OpenFile[format.Advantage](filepath.Join(dir, o.File))
@@ -329,8 +329,12 @@ func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (m
 			if a.MemReward != nil {
 				memReward.add(float64(*a.MemReward))
 				memAdv.add(float64(*a.AdvMemory))
-				if h := holds[turnKey{a.UID, a.Sample, a.Turn}]; h != "" {
-					split[h] = append(split[h], float64(*a.MemReward))
+				h := holds[turnKey{a.UID, a.Sample, a.Turn}]
+				if h.names != "" {
+					split[h.names] = append(split[h.names], float64(*a.MemReward))
+				}
+				if h.facts != "" {
+					byFacts[h.facts] = append(byFacts[h.facts], float64(*a.MemReward))
 				}
 			}
 			for _, x := range a.Advantages {
@@ -363,6 +367,19 @@ func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (m
 	if all, none := split[format.HoldsAll], split[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
 		m["auc_mem_reward_all_vs_none"] = stats.AUC(all, none)
 	}
+	// By supporting facts, only when the prompts carried them: a run without facts
+	// keeps its summary keys.
+	if len(byFacts) > 0 {
+		for _, h := range format.HoldsClasses {
+			m["memories_facts_"+h] = float64(len(byFacts[h]))
+			if xs := byFacts[h]; len(xs) > 0 {
+				m["mem_reward_mean_facts_"+h] = stats.Mean(xs)
+			}
+		}
+		if all, none := byFacts[format.HoldsAll], byFacts[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
+			m["auc_mem_reward_facts_all_vs_none"] = stats.AUC(all, none)
+		}
+	}
 	return m, nil
 }
 
@@ -371,16 +388,20 @@ type turnKey struct {
 	sample, turn int32
 }
 
+// held is what a memory holds: its class by gold answer names (format.Logprob.Holds)
+// and by supporting facts (HoldsFacts, "" when the question has none).
+type held struct{ names, facts string }
+
 // memoryHolds reads shard i of the logprobs and classes each memory turn by the gold
-// answers it holds (format.Logprob.Holds); log-probs without the memory pass give none.
-func memoryHolds(d *format.Dataset, i int) (map[turnKey]string, error) {
+// answers and the supporting facts it holds; log-probs without the memory pass give none.
+func memoryHolds(d *format.Dataset, i int) (map[turnKey]held, error) {
 	rows, err := readShard[format.Logprob](d, i)
 	if err != nil {
 		return nil, err
 	}
-	out := map[turnKey]string{}
+	out := map[turnKey]held{}
 	for _, l := range rows {
-		if h := l.Holds(); h != "" {
+		if h := (held{l.Holds(), l.HoldsFacts()}); h != (held{}) {
 			out[turnKey{l.UID, l.Sample, l.Turn}] = h
 		}
 	}

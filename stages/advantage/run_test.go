@@ -104,6 +104,11 @@ func TestRunStage(t *testing.T) {
 			t.Errorf("manifest %s = %v (present %v), want %v", name, got, ok, want)
 		}
 	}
+	for name := range res.Manifest.Metrics {
+		if strings.Contains(name, "facts") {
+			t.Errorf("manifest without supporting facts has %q", name)
+		}
+	}
 
 	if again, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: out}); err != nil || !again.Hit {
 		t.Errorf("second Run: hit %v, %v; want a cache hit", again != nil && again.Hit, err)
@@ -336,5 +341,33 @@ func TestRunStagePathNotKeyed(t *testing.T) {
 	moved := Inputs{Rollouts: filepath.Join(dir, "moved", "rollouts"), Scores: filepath.Join(dir, "moved", "scores"), Logprobs: filepath.Join(dir, "moved", "logprobs")}
 	if !run(moved).Hit {
 		t.Errorf("moved copy %+v: not a cache hit", moved)
+	}
+}
+
+// With supporting facts in the logprobs, the memory reward is split by facts too, beside
+// the split by answer names: here the memory naming both answers holds no fact and the
+// one naming none holds every fact, so the two splits disagree.
+func TestRunStageFactsSplit(t *testing.T) {
+	dir := t.TempDir()
+	in := stageFixture(t, dir)
+	lps := []format.Logprob{
+		{UID: "q", Sample: 0, Turn: 0, PMem: f32(0.75), PFull: f32(0.25), MemGolds: i32(2), Objectives: 2, MemFacts: i32(0), Facts: 3},
+		{UID: "q", Sample: 0, Turn: 1, Objectives: 2, Facts: 3},
+		{UID: "q", Sample: 1, Turn: 0, PMem: f32(0.25), PFull: f32(0.5), MemGolds: i32(0), Objectives: 2, MemFacts: i32(3), Facts: 3},
+	}
+	in.Logprobs = filepath.Join(dir, "logprobs-facts")
+	if _, err := formattest.WriteDataset(in.Logprobs, "test", [][]format.Logprob{lps}, format.WithOptional("mem_facts", "facts")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), DefaultConfig(), in, jobs.Spec{Out: filepath.Join(dir, "adv")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"memories_all": 1, "memories_none": 1, "auc_mem_reward_all_vs_none": 1,
+		"memories_facts_all": 1, "memories_facts_some": 0, "memories_facts_none": 1,
+		"mem_reward_mean_facts_all": -0.25, "mem_reward_mean_facts_none": 0.5, "auc_mem_reward_facts_all_vs_none": 0} {
+		if got, ok := res.Manifest.Metrics[name]; !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("manifest %s = %v (present %v), want %v", name, got, ok, want)
+		}
 	}
 }
