@@ -17,6 +17,7 @@ type target struct {
 	ids   []int64 // tag, then a*
 	from  int     // index of a*'s first token in ids
 	golds [][]string
+	facts [][]string // the question's supporting facts, nil when the prompts have none
 }
 
 // answerTarget tokenizes probe + "<answer>" + a*, where a* joins the first alias of

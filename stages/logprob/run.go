@@ -107,6 +107,9 @@ type state struct {
 	policy, ref *qwen2.Model // ref is nil when reuseRef
 	tok         *bpe.Tokenizer
 	targets     map[string]target
+	// facts is whether some prompt carries supporting facts: the shards then write the
+	// optional mem_facts and facts columns, all of them alike.
+	facts bool
 }
 
 func (s *state) drop() {
@@ -190,6 +193,8 @@ func (s *state) loadTargets() error {
 		if err != nil {
 			return fmt.Errorf("logprob: prompts %s: uid %s: %w: %w", s.in.Prompts, p.UID, err, ErrInput)
 		}
+		tg.facts = p.Facts
+		s.facts = s.facts || len(p.Facts) > 0
 		s.targets[p.UID] = tg
 	}
 	if err := r.Err(); err != nil {
@@ -315,7 +320,11 @@ func (s *state) shard(rolls *format.Dataset, w *jobs.Work) error {
 	// What each pass cost, so a user sees what the memory signal costs on their rollouts
 	// (the manifest's timings sum the passes over the shards).
 	s.log.Info("shard scored", passes...)
-	written, err := format.WriteFile(w.Path, out)
+	var opts []format.Option
+	if s.cfg.MemoryPass && s.facts {
+		opts = append(opts, format.WithOptional("mem_facts", "facts"))
+	}
+	written, err := format.WriteFile(w.Path, out, opts...)
 	if err != nil {
 		return fmt.Errorf("logprob: %w", err)
 	}
@@ -394,8 +403,8 @@ func contextPass(m *qwen2.Model, file string, rows []format.Rollout, pairs []qwe
 	return old, pCtx, nil
 }
 
-// memory fills p_mem, p_full and p_ctx (scored by oldPass) and mem_golds of every
-// memory turn of the shard.
+// memory fills p_mem, p_full and p_ctx (scored by oldPass), mem_golds and, where the
+// question has supporting facts, mem_facts of every memory turn of the shard.
 func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Rollout, pCtx []*float32, out []format.Logprob) error {
 	plan, err := planMemory(file, trajs, s.targets, s.policy.Config.MaxPositions, s.cfg.PFull)
 	if err != nil {
@@ -419,11 +428,15 @@ func (s *state) memory(file string, rows []format.Rollout, trajs [][]format.Roll
 			}
 		}
 		out[i].PMem, out[i].PFull, out[i].PCtx = pMem[i], pFull[i], pCtx[i]
-		golds := s.targets[rows[i].UID].golds
-		out[i].Objectives = int32(len(golds))
+		tg := s.targets[rows[i].UID]
+		out[i].Objectives, out[i].Facts = int32(len(tg.golds)), int32(len(tg.facts))
 		if hasMemory(&rows[i]) {
-			n := holds(rows[i].Memory, golds)
+			n := holds(rows[i].Memory, tg.golds)
 			out[i].MemGolds = &n
+			if len(tg.facts) > 0 {
+				f := format.FactsHeld(rows[i].Memory, tg.facts)
+				out[i].MemFacts = &f
+			}
 		}
 	}
 	return nil

@@ -24,14 +24,17 @@ type memStats struct {
 	n, above   float64
 	pMem, base []float64
 	split      map[string]*memSplit
+	// facts splits the same figures by the supporting facts the memory holds
+	// (format.Logprob.HoldsFacts); empty when the prompts carry no facts.
+	facts map[string]*memSplit
 }
 
 type memSplit struct{ pMem, base, r []float64 }
 
 func newMemStats() *memStats {
-	m := &memStats{split: map[string]*memSplit{}}
+	m := &memStats{split: map[string]*memSplit{}, facts: map[string]*memSplit{}}
 	for _, h := range format.HoldsClasses {
-		m.split[h] = &memSplit{}
+		m.split[h], m.facts[h] = &memSplit{}, &memSplit{}
 	}
 	return m
 }
@@ -44,15 +47,34 @@ func (m *memStats) add(row *format.Logprob, b float64) {
 		m.above++
 	}
 	if h := row.Holds(); h != "" {
-		s := m.split[h]
-		s.pMem, s.base, s.r = append(s.pMem, pm), append(s.base, b), append(s.r, pm-b)
+		m.split[h].add(pm, b)
 	}
+	if h := row.HoldsFacts(); h != "" {
+		m.facts[h].add(pm, b)
+	}
+}
+
+func (s *memSplit) add(pm, b float64) {
+	s.pMem, s.base, s.r = append(s.pMem, pm), append(s.base, b), append(s.r, pm-b)
+}
+
+// factsSeen reports whether any memory was classed by supporting facts: only then do
+// the summaries carry the figures by facts, so a run without facts keeps its keys.
+func (m *memStats) factsSeen() bool {
+	for _, s := range m.facts {
+		if len(s.pMem) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // figures writes m's figures for baseline name: p_<name>_mean, p_mem_above_<name>_frac,
 // p_<name>_mean_<class> and the memory reward's r<suffix>_mean_<class> and
 // auc_r<suffix>_all_vs_none, where the default baseline's suffix is "_mem" (the
-// figures' names before P_ctx existed) and P_ctx's "_mem_ctx".
+// figures' names before P_ctx existed) and P_ctx's "_mem_ctx". The classes are by gold
+// answer names; by supporting facts, when the prompts have them, the same figures
+// follow with class facts_<class> and AUC auc_r<suffix>_facts_all_vs_none.
 func (m *memStats) figures(out map[string]float64, name string) {
 	if m.n == 0 {
 		return
@@ -63,15 +85,27 @@ func (m *memStats) figures(out map[string]float64, name string) {
 	}
 	out["p_"+name+"_mean"] = stats.Mean(m.base)
 	out["p_mem_above_"+name+"_frac"] = m.above / m.n
-	for class, s := range m.split {
-		if len(s.pMem) > 0 {
-			out["p_"+name+"_mean_"+class] = stats.Mean(s.base)
-			out[r+"_mean_"+class] = stats.Mean(s.r)
-		}
+	splits := []struct {
+		prefix string
+		by     map[string]*memSplit
+	}{{"", m.split}}
+	if m.factsSeen() {
+		splits = append(splits, struct {
+			prefix string
+			by     map[string]*memSplit
+		}{"facts_", m.facts})
 	}
-	all, none := m.split[format.HoldsAll], m.split[format.HoldsNone]
-	if len(all.r) > 0 && len(none.r) > 0 {
-		out["auc_"+r+"_all_vs_none"] = stats.AUC(all.r, none.r)
+	for _, sp := range splits {
+		for class, s := range sp.by {
+			if len(s.pMem) > 0 {
+				out["p_"+name+"_mean_"+sp.prefix+class] = stats.Mean(s.base)
+				out[r+"_mean_"+sp.prefix+class] = stats.Mean(s.r)
+			}
+		}
+		all, none := sp.by[format.HoldsAll], sp.by[format.HoldsNone]
+		if len(all.r) > 0 && len(none.r) > 0 {
+			out["auc_"+r+"_"+sp.prefix+"all_vs_none"] = stats.AUC(all.r, none.r)
+		}
 	}
 }
 
@@ -155,6 +189,18 @@ func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[
 	all, none := mem.split[format.HoldsAll], mem.split[format.HoldsNone]
 	if len(all.pMem) > 0 && len(none.pMem) > 0 {
 		out["auc_p_mem_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
+	}
+	if mem.factsSeen() {
+		for class, s := range mem.facts {
+			out["memories_facts_"+class] = float64(len(s.pMem))
+			if len(s.pMem) > 0 {
+				out["p_mem_mean_facts_"+class] = stats.Mean(s.pMem)
+			}
+		}
+		all, none := mem.facts[format.HoldsAll], mem.facts[format.HoldsNone]
+		if len(all.pMem) > 0 && len(none.pMem) > 0 {
+			out["auc_p_mem_facts_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
+		}
 	}
 	for k, b := range baselines {
 		base[k].figures(out, b.name)

@@ -3,6 +3,7 @@ package logprob
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mempo/mempo/format"
@@ -55,6 +56,65 @@ func TestSummarizeSplit(t *testing.T) {
 	} {
 		if g, ok := got[name]; !ok || math.Abs(g-want) > 1e-6 {
 			t.Errorf("summary[%q] = %v (present %v), want %v", name, g, ok, want)
+		}
+	}
+}
+
+// TestSummarizeFactsSplit: with supporting facts, the same figures split by the facts
+// each memory holds (a memory can name both answers and hold no fact of the chain, or
+// the reverse), under keys of their own; without facts no such key appears.
+func TestSummarizeFactsSplit(t *testing.T) {
+	mem := func(turn int32, pMem, pFull float32, golds, facts int32) format.Logprob {
+		return format.Logprob{UID: "q", Turn: turn, OldLogprobs: []float32{-1}, RefLogprobs: []float32{-1},
+			PMem: &pMem, PFull: &pFull, MemGolds: ptr(golds), Objectives: 2, MemFacts: ptr(facts), Facts: 3}
+	}
+	rows := []format.Logprob{
+		mem(0, 0.5, 0.125, 2, 3),    // names all, facts all: R^M 0.375
+		mem(1, 0.25, 0.125, 2, 0),   // names all, facts none: R^M 0.125
+		mem(2, 0.375, 0.25, 0, 3),   // names none, facts all: R^M 0.125
+		mem(3, 0.125, 0, 0, 1),      // names none, facts some: R^M 0.125
+		mem(4, 0.0625, 0.125, 1, 0), // names some, facts none: R^M −0.0625
+	}
+	dir := filepath.Join(t.TempDir(), "lp")
+	d, err := formattest.WriteDataset(dir, "test", [][]format.Logprob{rows}, format.WithOptional("mem_facts", "facts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := summarize(dir, d.Manifest.Outputs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"memories_all": 2, "memories_none": 2, "memories_some": 1,
+		"memories_facts_all": 2, "memories_facts_some": 1, "memories_facts_none": 2,
+		"p_mem_mean_facts_all": 0.4375, "p_mem_mean_facts_none": 0.15625, "p_mem_mean_facts_some": 0.125,
+		"p_full_mean_facts_all": 0.1875, "r_mem_mean_facts_all": 0.25, "r_mem_mean_facts_none": 0.03125,
+		// P_mem by facts: 0.5 and 0.375 beat 0.25 and 0.0625 → 1.
+		"auc_p_mem_facts_all_vs_none": 1,
+		// R^M by facts: 0.375 beats both; 0.125 ties 0.125 and beats −0.0625 → 3.5/4.
+		"auc_r_mem_facts_all_vs_none": 0.875,
+		// By names, the same memories rank otherwise: P_mem 0.5, 0.25 vs 0.375, 0.125 → 3/4.
+		"auc_p_mem_all_vs_none": 0.75,
+	} {
+		if g, ok := got[name]; !ok || math.Abs(g-want) > 1e-6 {
+			t.Errorf("summary[%q] = %v (present %v), want %v", name, g, ok, want)
+		}
+	}
+
+	// The same rows without facts: no key by facts.
+	for i := range rows {
+		rows[i].MemFacts, rows[i].Facts = nil, 0
+	}
+	dir = filepath.Join(t.TempDir(), "plain")
+	if d, err = formattest.WriteDataset(dir, "test", [][]format.Logprob{rows}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = summarize(dir, d.Manifest.Outputs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name := range got {
+		if strings.Contains(name, "facts") {
+			t.Errorf("summary without facts has %q", name)
 		}
 	}
 }
