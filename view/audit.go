@@ -13,91 +13,6 @@ import (
 	"github.com/mempo/mempo/format"
 )
 
-// The kinds of a turn that is not valid, in the order of the turn format (memory, thought,
-// action): where the response first leaves the format. FailureKind assigns them.
-const (
-	FailNoMemOpen       = "no-mem-open"       // does not start with the memory's open tag
-	FailMemUnclosed     = "mem-unclosed"      // the memory is never closed
-	FailNoThink         = "no-think"          // no thought block right after the memory
-	FailThinkUnclosed   = "think-unclosed"    // the thought is never closed
-	FailNoAction        = "no-action"         // no search or answer after the thought
-	FailSearchUnclosed  = "search-unclosed"   // <search> never closed
-	FailAnswerUnclosed  = "answer-unclosed"   // <answer> never closed
-	FailTextAfterAction = "text-after-action" // text after the closed action
-	FailEmptyQuery      = "empty-query"       // an empty or unparsable search
-)
-
-// FailureKinds lists the kinds in format order.
-var FailureKinds = []string{FailNoMemOpen, FailMemUnclosed, FailNoThink, FailThinkUnclosed, FailNoAction,
-	FailSearchUnclosed, FailAnswerUnclosed, FailTextAfterAction, FailEmptyQuery}
-
-// FailureKind says where an invalid response first leaves the strict turn format of p
-// (memory, thought, one action); "" when the response keeps it. Blocks the protocol does
-// not have are skipped, as its parser skips them.
-func FailureKind(p *protocol.Protocol, s string) string {
-	pos := skip(s, 0)
-	step := func(tag protocol.Tag, missing, unclosed string) string {
-		if tag.Open == "" && tag.Close == "" {
-			return ""
-		}
-		if !strings.HasPrefix(s[pos:], tag.Open) {
-			return missing
-		}
-		i := strings.Index(s[pos+len(tag.Open):], tag.Close)
-		if i < 0 {
-			return unclosed
-		}
-		pos = skip(s, pos+len(tag.Open)+i+len(tag.Close))
-		return ""
-	}
-	if k := step(p.Memory, FailNoMemOpen, FailMemUnclosed); k != "" {
-		return k
-	}
-	if k := step(p.Think, FailNoThink, FailThinkUnclosed); k != "" {
-		return k
-	}
-	var tag protocol.Tag
-	unclosed := FailSearchUnclosed
-	switch {
-	case strings.HasPrefix(s[pos:], p.Search.Open):
-		tag = p.Search
-	case strings.HasPrefix(s[pos:], p.Answer.Open):
-		tag, unclosed = p.Answer, FailAnswerUnclosed
-	default:
-		return FailNoAction
-	}
-	if k := step(tag, FailNoAction, unclosed); k != "" {
-		return k
-	}
-	rest := s[pos:]
-	for {
-		before := rest
-		rest = strings.TrimSpace(rest)
-		for _, tr := range p.Trailing {
-			if tr != "" {
-				rest = strings.TrimPrefix(rest, tr)
-			}
-		}
-		if rest == before {
-			break
-		}
-	}
-	if rest != "" {
-		return FailTextAfterAction
-	}
-	if p.ParseText(s).Kind == protocol.Invalid {
-		return FailEmptyQuery
-	}
-	return ""
-}
-
-func skip(s string, pos int) int {
-	for pos < len(s) && strings.ContainsRune(" \t\n\r\v\f", rune(s[pos])) {
-		pos++
-	}
-	return pos
-}
-
 // TurnAudit is the format audit of one rollouts dataset: its invalid turns by kind, and
 // per trajectory the first invalid turn's kind and whether the trajectory ever returns
 // to a valid turn. An evaluation counts every turn, so one trajectory that never
@@ -204,7 +119,7 @@ func (a *TurnAudit) addTrajectory(p *protocol.Protocol, traj []format.Rollout) {
 			continue
 		}
 		a.Invalid++
-		k := FailureKind(p, r.Response)
+		k := p.Failure(r.Response)
 		if k == "" {
 			k = "other" // invalid by a rule the strict format does not have
 		}
@@ -306,7 +221,7 @@ func TopMemories(dir string, n int) ([]MemoryAudit, error) {
 			m.MemReward = *a.MemReward
 		}
 		if r.Action == string(protocol.Invalid) {
-			m.Kind = FailureKind(p, r.Response)
+			m.Kind = p.Failure(r.Response)
 		}
 		if l, ok := lps[k]; ok {
 			if l.PMem != nil {

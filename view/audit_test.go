@@ -12,35 +12,6 @@ import (
 	"github.com/mempo/mempo/format/formattest"
 )
 
-func TestFailureKind(t *testing.T) {
-	p := protocol.Default()
-	tests := []struct{ response, want string }{
-		{"<mem>a</mem><think>b</think><search>q</search>", ""},
-		{" <mem>a</mem>\n<think>b</think><answer>x; y</answer><|im_end|>", ""},
-		{`Doc 2(Title: "Ann") Ann works as a pilot.`, FailNoMemOpen},
-		{"<mem>Ann was born in the city of</search>", FailMemUnclosed},
-		{"<mem>Kalou<|im_start|>assistant\n<mem>Ann was born", FailMemUnclosed},
-		{"<mem>a</mem><search>q</search>", FailNoThink},
-		{"<mem>a</mem><think>b\nDoc 2(Title: x)", FailThinkUnclosed},
-		{"<mem>a</mem><think>b</think>so the answer", FailNoAction},
-		{"<mem>a</mem><think>b</think><search>q", FailSearchUnclosed},
-		{"<mem>a</mem><think>b</think><answer>x;", FailAnswerUnclosed},
-		{"<mem>a</mem><think>b</think><search>q</search> and more", FailTextAfterAction},
-		{"<mem>a</mem><think>b</think><search> </search>", FailEmptyQuery},
-	}
-	for _, tt := range tests {
-		got := FailureKind(p, tt.response)
-		if got != tt.want {
-			t.Errorf("FailureKind(%q) = %q, want %q", tt.response, got, tt.want)
-		}
-		// Every response FailureKind calls valid, the protocol's parser does too, and
-		// the other way round.
-		if valid := p.ParseText(tt.response).Kind != protocol.Invalid; valid != (got == "") {
-			t.Errorf("%q: parser valid = %v, FailureKind %q", tt.response, valid, got)
-		}
-	}
-}
-
 // auditRun writes one iteration: question q with two trajectories. Sample 0: a valid
 // search, then a turn that runs on without closing its memory, then one that continues
 // the observation, then a valid answer (it recovers). Sample 1: a turn without a thought,
@@ -101,9 +72,9 @@ func TestAuditTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TurnAudit{Dir: filepath.Join(dir, "rollouts"), Turns: 7, Invalid: 5,
-		Kinds:        map[string]int{FailMemUnclosed: 1, FailNoMemOpen: 3, FailNoThink: 1},
+		Kinds:        map[string]int{protocol.FailMemUnclosed: 1, protocol.FailNoMemOpen: 3, protocol.FailNoThink: 1},
 		Trajectories: 2, WithInvalid: 2, NeverRecover: 1,
-		FirstKinds:  map[string]int{FailMemUnclosed: 1, FailNoThink: 1},
+		FirstKinds:  map[string]int{protocol.FailMemUnclosed: 1, protocol.FailNoThink: 1},
 		PostInvalid: 4, PostInvalidMem: 1, Recovered: 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditTurns (-want +got):\n%s", diff)
@@ -132,7 +103,7 @@ func TestTopMemories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(low) != 1 || low[0].Sample != 1 || low[0].Kind != FailNoThink || low[0].AdvMemory != -1 {
+	if len(low) != 1 || low[0].Sample != 1 || low[0].Kind != protocol.FailNoThink || low[0].AdvMemory != -1 {
 		t.Errorf("TopMemories(-1) = %+v, want sample 1's no-think memory with A^M -1", low)
 	}
 }

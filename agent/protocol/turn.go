@@ -33,6 +33,25 @@ func (s Span) Len() int {
 	return s.End - s.Start
 }
 
+// The failures of a turn that is not valid, in the order of the turn format (memory,
+// thought, action): where the response first leaves the strict format. The strict parser
+// records one in Turn.Failure; Protocol.Failure gives it for any protocol.
+const (
+	FailNoMemOpen       = "no-mem-open"       // does not start with the memory's open tag
+	FailMemUnclosed     = "mem-unclosed"      // the memory is never closed
+	FailNoThink         = "no-think"          // no thought block right after the memory
+	FailThinkUnclosed   = "think-unclosed"    // the thought is never closed
+	FailNoAction        = "no-action"         // no search or answer after the thought
+	FailSearchUnclosed  = "search-unclosed"   // <search> never closed
+	FailAnswerUnclosed  = "answer-unclosed"   // <answer> never closed
+	FailTextAfterAction = "text-after-action" // text after the closed action
+	FailEmptyQuery      = "empty-query"       // an empty or unparsable search
+)
+
+// Failures lists the failures in format order.
+var Failures = []string{FailNoMemOpen, FailMemUnclosed, FailNoThink, FailThinkUnclosed, FailNoAction,
+	FailSearchUnclosed, FailAnswerUnclosed, FailTextAfterAction, FailEmptyQuery}
+
 // Turn is a parsed response.
 type Turn struct {
 	Kind Kind
@@ -44,6 +63,9 @@ type Turn struct {
 	HasMemory bool
 	// Reason says why the turn is invalid; empty otherwise.
 	Reason string
+	// Failure is where an invalid turn leaves the strict format (FailNoMemOpen...); the
+	// lenient parser leaves it empty.
+	Failure string
 	// MemBytes and ActBytes are byte spans in the response text, tags included.
 	MemBytes Span
 	ActBytes Span
@@ -93,6 +115,7 @@ func (p *Protocol) parseStrict(s string) Turn {
 	if !p.Memory.absent() {
 		span, inner, ok := block(s, pos, p.Memory)
 		if !ok {
+			t.Failure = opened(s, pos, p.Memory, FailNoMemOpen, FailMemUnclosed)
 			return p.invalid(t, fmt.Sprintf("the turn does not start with a closed %s block", p.Memory.Open))
 		}
 		t.MemBytes, t.Memory, t.HasMemory = span, strings.TrimSpace(inner), true
@@ -101,29 +124,51 @@ func (p *Protocol) parseStrict(s string) Turn {
 	if !p.Think.absent() {
 		span, _, ok := block(s, pos, p.Think)
 		if !ok {
+			t.Failure = opened(s, pos, p.Think, FailNoThink, FailThinkUnclosed)
 			return p.invalid(t, fmt.Sprintf("no closed %s block at byte %d", p.Think.Open, pos))
 		}
 		pos = skipSpace(s, span.End)
 	}
 	var kind Kind
 	var tag Tag
+	unclosed := FailSearchUnclosed
 	switch {
 	case strings.HasPrefix(s[pos:], p.Search.Open):
 		kind, tag = Search, p.Search
 	case strings.HasPrefix(s[pos:], p.Answer.Open):
-		kind, tag = Answer, p.Answer
+		kind, tag, unclosed = Answer, p.Answer, FailAnswerUnclosed
 	default:
+		t.Failure = FailNoAction
 		return p.invalid(t, fmt.Sprintf("no %s or %s at byte %d", p.Search.Open, p.Answer.Open, pos))
 	}
 	span, inner, ok := block(s, pos, tag)
 	if !ok {
+		t.Failure = unclosed
 		return p.invalid(t, fmt.Sprintf("%s is not closed", tag.Open))
 	}
 	if rest := p.trimTrailing(s[span.End:]); rest != "" {
+		t.Failure = FailTextAfterAction
 		return p.invalid(t, fmt.Sprintf("text after the action: %.20q", rest))
 	}
-	return p.action(t, kind, span, inner)
+	if t = p.action(t, kind, span, inner); t.Kind == Invalid {
+		t.Failure = FailEmptyQuery
+	}
+	return t
 }
+
+// opened is missing when s does not open tag at pos, else unclosed: the failure of a
+// block that block did not find.
+func opened(s string, pos int, tag Tag, missing, unclosed string) string {
+	if strings.HasPrefix(s[pos:], tag.Open) {
+		return unclosed
+	}
+	return missing
+}
+
+// Failure says where response s first leaves the strict turn format (memory, thought,
+// one action) — one of Failures — or "" when it keeps it, whether or not p parses
+// leniently: what went wrong with a turn, for an audit.
+func (p *Protocol) Failure(s string) string { return p.parseStrict(s).Failure }
 
 // trimTrailing removes whitespace and the allowed end-of-turn markers.
 func (p *Protocol) trimTrailing(rest string) string {

@@ -219,3 +219,33 @@ func FuzzParseTokens(f *testing.F) {
 		}
 	})
 }
+
+// TestFailure: where a response first leaves the strict format.
+func TestFailure(t *testing.T) {
+	p := Default()
+	tests := []struct{ response, want string }{
+		{"<mem>a</mem><think>b</think><search>q</search>", ""},
+		{" <mem>a</mem>\n<think>b</think><answer>x; y</answer><|im_end|>", ""},
+		{`Doc 2(Title: "Ann") Ann works as a pilot.`, FailNoMemOpen},
+		{"<mem>Ann was born in the city of</search>", FailMemUnclosed},
+		{"<mem>Kalou<|im_start|>assistant\n<mem>Ann was born", FailMemUnclosed},
+		{"<mem>a</mem><search>q</search>", FailNoThink},
+		{"<mem>a</mem><think>b\nDoc 2(Title: x)", FailThinkUnclosed},
+		{"<mem>a</mem><think>b</think>so the answer", FailNoAction},
+		{"<mem>a</mem><think>b</think><search>q", FailSearchUnclosed},
+		{"<mem>a</mem><think>b</think><answer>x;", FailAnswerUnclosed},
+		{"<mem>a</mem><think>b</think><search>q</search> and more", FailTextAfterAction},
+		{"<mem>a</mem><think>b</think><search> </search>", FailEmptyQuery},
+	}
+	for _, tt := range tests {
+		got := p.Failure(tt.response)
+		if got != tt.want {
+			t.Errorf("Failure(%q) = %q, want %q", tt.response, got, tt.want)
+		}
+		// Every response Failure calls valid, the protocol's parser does too, and
+		// the other way round.
+		if valid := p.ParseText(tt.response).Kind != Invalid; valid != (got == "") {
+			t.Errorf("%q: parser valid = %v, Failure %q", tt.response, valid, got)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/view"
@@ -128,7 +129,7 @@ func (in *inspectCmd) runTurns(c *cli.Context) error {
 // kindList writes counts by failure kind in format order, "-" when there are none.
 func kindList(m map[string]int) string {
 	var parts []string
-	for _, k := range append(view.FailureKinds, "other") {
+	for _, k := range append(protocol.Failures, "other") {
 		if m[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 		}
