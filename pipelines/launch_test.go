@@ -60,15 +60,7 @@ func TestUpdateLaunchers(t *testing.T) {
 		}
 	}
 	for _, script := range []string{"scaleout/update-2node.slurm", "scaleout/update-torchrun.sh"} {
-		if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
-			t.Errorf("bash -n %s: %v\n%s", script, err, out)
-		}
-		data, err := os.ReadFile(script)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(data)
-		cmd := text[strings.Index(text, "\nset -euo pipefail"):] // the script, not its comments
+		cmd := scriptBody(t, script)
 		for _, name := range flagsIn(cmd) {
 			if !known[name] && !launcherFlag[name] {
 				t.Errorf("%s: --%s is no flag of the binaries nor of the launcher", script, name)
@@ -298,4 +290,23 @@ func TestK8sLaunchers(t *testing.T) {
 			t.Errorf("%s: the merge is not a step after 8 workers", wf)
 		}
 	}
+}
+
+// scriptBody checks that the shell script parses (bash -n) and returns its commands:
+// the text from its "set -euo pipefail" on, not the comments above it.
+func scriptBody(t *testing.T, script string) string {
+	t.Helper()
+	if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
+		t.Errorf("bash -n %s: %v\n%s", script, err, out)
+	}
+	data, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	i := strings.Index(text, "\nset -euo pipefail")
+	if i < 0 {
+		t.Fatalf("%s: no set -euo pipefail", script)
+	}
+	return text[i:]
 }

@@ -50,15 +50,7 @@ func directives(text string) map[string]string {
 func TestSlurmRecipes(t *testing.T) {
 	known := cmdFlags(t)
 	for _, script := range append([]string{"scaleout/iteration-submit.sh"}, slurmScripts...) {
-		if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
-			t.Errorf("bash -n %s: %v\n%s", script, err, out)
-		}
-		data, err := os.ReadFile(script)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(data)
-		cmd := text[strings.Index(text, "\nset -euo pipefail"):] // the script, not its comments
+		cmd := scriptBody(t, script)
 		for _, name := range flagsIn(cmd) {
 			if !known[name] && !launcherFlag[name] && !sbatchFlag[name] {
 				t.Errorf("%s: --%s is no flag of the binaries, sbatch nor srun", script, name)
@@ -66,8 +58,8 @@ func TestSlurmRecipes(t *testing.T) {
 		}
 	}
 	array, _ := os.ReadFile("scaleout/rollout-array.slurm")
-	cmd := array[bytes.Index(array, []byte("\nset -euo pipefail")):] // the script, not its comments
-	if regexp.MustCompile(`(?m)(^|[;&|]|\$\()\s*sbatch\s`).Match(cmd) {
+	cmd := scriptBody(t, "scaleout/rollout-array.slurm")
+	if regexp.MustCompile(`(?m)(^|[;&|]|\$\()\s*sbatch\s`).MatchString(cmd) {
 		t.Errorf("rollout-array.slurm submits a job itself; iteration-submit.sh submits the merge once")
 	}
 	if d := directives(string(array)); d["gres"] != "gpu:1" {
