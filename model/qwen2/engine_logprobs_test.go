@@ -1,6 +1,7 @@
 package qwen2
 
 import (
+	stdcmp "cmp"
 	"slices"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestEngineLogprobs(t *testing.T) {
 			t.Fatalf("case %d: %d lists of top tokens for %d tokens", i, len(c.Top), len(c.Tokens))
 		}
 		for j, top := range c.Top {
-			if len(top) != 5 || !slices.IsSortedFunc(top, func(a, b sample.Logprob) int { return cmpDesc(a.Logprob, b.Logprob) }) {
+			if len(top) != 5 || !slices.IsSortedFunc(top, func(a, b sample.Logprob) int { return stdcmp.Compare(b.Logprob, a.Logprob) }) {
 				t.Fatalf("case %d token %d: top %v, want 5 most likely first", i, j, top)
 			}
 			for _, x := range top {
@@ -66,14 +67,4 @@ func TestEngineLogprobs(t *testing.T) {
 	if n := liveTensors(); n != live {
 		t.Errorf("live tensors %d after Close, want %d", n, live)
 	}
-}
-
-func cmpDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }

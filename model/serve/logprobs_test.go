@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	stdcmp "cmp"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -71,7 +72,7 @@ func TestTopLogprobsOfModel(t *testing.T) {
 		if n := len(m); at < 0 || n < 3 || n > 4 || n == 4 && at != 3 || m[at].Logprob != *top.Logprobs.TokenLogprobs[i] {
 			t.Errorf("token %d (%s at %v): top_logprobs %v, want the 3 likeliest and the sampled one at its log-prob", i, sampled, *top.Logprobs.TokenLogprobs[i], m)
 		}
-		if !slices.IsSortedFunc(m[:3], func(a, b TokenLogprob) int { return cmpDescending(a.Logprob, b.Logprob) }) {
+		if !slices.IsSortedFunc(m[:3], func(a, b TokenLogprob) int { return stdcmp.Compare(b.Logprob, a.Logprob) }) {
 			t.Errorf("token %d: top_logprobs %v not most likely first", i, m)
 		}
 	}
@@ -93,16 +94,6 @@ func TestTopLogprobsOfModel(t *testing.T) {
 			t.Errorf("prompt token %d: log-prob %v, top %v; want a log-prob no more likely than the likeliest", i, v, lp.TopLogprobs[i])
 		}
 	}
-}
-
-func cmpDescending(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // TestStopTokenIDs: generation stops at the first sampled id of stop_token_ids, which
