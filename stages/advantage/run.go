@@ -358,29 +358,28 @@ func summarize(dir string, outputs []format.Output, logprobs *format.Dataset) (m
 	for name, x := range map[string]moments{"adv_outcome": outcome, "mem_reward": memReward, "adv_memory": memAdv, "advantages": token} {
 		x.put(m, name)
 	}
-	for _, h := range format.HoldsClasses {
-		m["memories_"+h] = float64(len(split[h]))
-		if xs := split[h]; len(xs) > 0 {
-			m["mem_reward_mean_"+h] = stats.Mean(xs)
-		}
-	}
-	if all, none := split[format.HoldsAll], split[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
-		m["auc_mem_reward_all_vs_none"] = stats.AUC(all, none)
-	}
+	putHolds(m, "", split)
 	// By supporting facts, only when the prompts carried them: a run without facts
 	// keeps its summary keys.
 	if len(byFacts) > 0 {
-		for _, h := range format.HoldsClasses {
-			m["memories_facts_"+h] = float64(len(byFacts[h]))
-			if xs := byFacts[h]; len(xs) > 0 {
-				m["mem_reward_mean_facts_"+h] = stats.Mean(xs)
-			}
-		}
-		if all, none := byFacts[format.HoldsAll], byFacts[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
-			m["auc_mem_reward_facts_all_vs_none"] = stats.AUC(all, none)
-		}
+		putHolds(m, "facts_", byFacts)
 	}
 	return m, nil
+}
+
+// putHolds writes the memory rewards split by what the memories hold: for each class
+// memories_<prefix><class> and mem_reward_mean_<prefix><class>, and
+// auc_mem_reward_<prefix>all_vs_none.
+func putHolds(m map[string]float64, prefix string, split map[string][]float64) {
+	for _, h := range format.HoldsClasses {
+		m["memories_"+prefix+h] = float64(len(split[h]))
+		if xs := split[h]; len(xs) > 0 {
+			m["mem_reward_mean_"+prefix+h] = stats.Mean(xs)
+		}
+	}
+	if all, none := split[format.HoldsAll], split[format.HoldsNone]; len(all) > 0 && len(none) > 0 {
+		m["auc_mem_reward_"+prefix+"all_vs_none"] = stats.AUC(all, none)
+	}
 }
 
 type turnKey struct {

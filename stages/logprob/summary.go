@@ -58,6 +58,22 @@ func (s *memSplit) add(pm, b float64) {
 	s.pMem, s.base, s.r = append(s.pMem, pm), append(s.base, b), append(s.r, pm-b)
 }
 
+// classing is one way the summaries class memories: its keys' prefix and its splits.
+type classing struct {
+	prefix string
+	by     map[string]*memSplit
+}
+
+// classings are the splits the summaries carry: by gold answer names, and by
+// supporting facts (prefix "facts_") when the prompts had them.
+func (m *memStats) classings() []classing {
+	c := []classing{{"", m.split}}
+	if m.factsSeen() {
+		c = append(c, classing{"facts_", m.facts})
+	}
+	return c
+}
+
 // factsSeen reports whether any memory was classed by supporting facts: only then do
 // the summaries carry the figures by facts, so a run without facts keeps its keys.
 func (m *memStats) factsSeen() bool {
@@ -85,17 +101,7 @@ func (m *memStats) figures(out map[string]float64, name string) {
 	}
 	out["p_"+name+"_mean"] = stats.Mean(m.base)
 	out["p_mem_above_"+name+"_frac"] = m.above / m.n
-	splits := []struct {
-		prefix string
-		by     map[string]*memSplit
-	}{{"", m.split}}
-	if m.factsSeen() {
-		splits = append(splits, struct {
-			prefix string
-			by     map[string]*memSplit
-		}{"facts_", m.facts})
-	}
-	for _, sp := range splits {
+	for _, sp := range m.classings() {
 		for class, s := range sp.by {
 			if len(s.pMem) > 0 {
 				out["p_"+name+"_mean_"+sp.prefix+class] = stats.Mean(s.base)
@@ -180,26 +186,16 @@ func summarize(dir string, outputs []format.Output, rolls *format.Dataset) (map[
 	if mem.n > 0 {
 		out["p_mem_mean"] = stats.Mean(mem.pMem)
 	}
-	for class, s := range mem.split {
-		out["memories_"+class] = float64(len(s.pMem))
-		if len(s.pMem) > 0 {
-			out["p_mem_mean_"+class] = stats.Mean(s.pMem)
-		}
-	}
-	all, none := mem.split[format.HoldsAll], mem.split[format.HoldsNone]
-	if len(all.pMem) > 0 && len(none.pMem) > 0 {
-		out["auc_p_mem_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
-	}
-	if mem.factsSeen() {
-		for class, s := range mem.facts {
-			out["memories_facts_"+class] = float64(len(s.pMem))
+	for _, c := range mem.classings() {
+		for class, s := range c.by {
+			out["memories_"+c.prefix+class] = float64(len(s.pMem))
 			if len(s.pMem) > 0 {
-				out["p_mem_mean_facts_"+class] = stats.Mean(s.pMem)
+				out["p_mem_mean_"+c.prefix+class] = stats.Mean(s.pMem)
 			}
 		}
-		all, none := mem.facts[format.HoldsAll], mem.facts[format.HoldsNone]
+		all, none := c.by[format.HoldsAll], c.by[format.HoldsNone]
 		if len(all.pMem) > 0 && len(none.pMem) > 0 {
-			out["auc_p_mem_facts_all_vs_none"] = stats.AUC(all.pMem, none.pMem)
+			out["auc_p_mem_"+c.prefix+"all_vs_none"] = stats.AUC(all.pMem, none.pMem)
 		}
 	}
 	for k, b := range baselines {
