@@ -2,7 +2,6 @@ package view
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,20 +38,12 @@ type TurnAudit struct {
 // rolloutsProtocol reads the protocol the rollouts were generated with from their
 // manifest's resolved config; the built-in default when the config has none.
 func rolloutsProtocol(d *format.Dataset) (*protocol.Protocol, error) {
-	var cfg struct {
-		Protocol json.RawMessage `json:"protocol"`
-	}
-	if len(d.Manifest.Config) > 0 {
-		if err := json.Unmarshal(d.Manifest.Config, &cfg); err != nil {
-			return nil, fmt.Errorf("%s: manifest config: %w", d.Dir, err)
-		}
-	}
-	if len(cfg.Protocol) == 0 {
-		return protocol.Default(), nil
-	}
-	p, err := protocol.Parse(cfg.Protocol)
-	if err != nil {
+	p, ok, err := protocol.FromConfig(d.Manifest.Config)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("%s: the manifest's protocol: %w", d.Dir, err)
+	case !ok:
+		return protocol.Default(), nil
 	}
 	return p, nil
 }

@@ -140,6 +140,24 @@ func Load(path string) (*Protocol, error) {
 	return p, nil
 }
 
+// FromConfig reads the protocol a stage's resolved config (a manifest's "config", JSON)
+// holds under "protocol"; ok is false when it holds none.
+func FromConfig(config []byte) (p *Protocol, ok bool, err error) {
+	var cfg struct {
+		Protocol json.RawMessage `json:"protocol"`
+	}
+	if len(config) > 0 {
+		if err := json.Unmarshal(config, &cfg); err != nil {
+			return nil, false, fmt.Errorf("config: %w", err)
+		}
+	}
+	if len(cfg.Protocol) == 0 {
+		return nil, false, nil
+	}
+	p, err = Parse(cfg.Protocol)
+	return p, err == nil, err
+}
+
 // Parse decodes a JSON description over the defaults and validates it.
 func Parse(data []byte) (*Protocol, error) {
 	p := Default()

@@ -118,3 +118,22 @@ func TestAnswers(t *testing.T) {
 		t.Errorf("JoinAnswers() = %q, want %q", got, "Ax; Bo; 1987")
 	}
 }
+
+// TestFromConfig: the protocol under a resolved config's "protocol" key, none without
+// it, and an error for a config that is not JSON or a protocol that does not parse.
+func TestFromConfig(t *testing.T) {
+	p, ok, err := FromConfig([]byte(`{"seed": 1, "protocol": {"name": "x"}}`))
+	if err != nil || !ok || p.Name != "x" || p.Memory != Default().Memory {
+		t.Errorf("FromConfig(with a protocol) = %+v, %v, %v", p, ok, err)
+	}
+	for _, none := range []string{``, `{}`, `{"seed": 1}`} {
+		if p, ok, err := FromConfig([]byte(none)); p != nil || ok || err != nil {
+			t.Errorf("FromConfig(%q) = %v, %v, %v; want none", none, p, ok, err)
+		}
+	}
+	for _, bad := range []string{`{`, `{"protocol": {"memory": 3}}`} {
+		if _, ok, err := FromConfig([]byte(bad)); ok || err == nil {
+			t.Errorf("FromConfig(%q) = ok %v, %v; want an error", bad, ok, err)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package advantage
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -71,16 +70,13 @@ type memTags struct {
 // and loads the tokenizer of the policy checkpoint the rollouts name as input "policy".
 // The rollouts' digest already pins that policy, so the cache key needs nothing more.
 func memoryTags(rollouts *format.Dataset) (*memTags, error) {
-	var cfg struct {
-		Protocol json.RawMessage `json:"protocol"`
-	}
-	if err := json.Unmarshal(rollouts.Manifest.Config, &cfg); err != nil || len(cfg.Protocol) == 0 {
-		return nil, fmt.Errorf("advantage: --mem-content-only: %s: the manifest's config has no protocol (%v); rerun the rollout stage: %w",
-			rollouts.Dir, err, ErrInput)
-	}
-	p, err := protocol.Parse(cfg.Protocol)
-	if err != nil {
+	p, ok, err := protocol.FromConfig(rollouts.Manifest.Config)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("advantage: --mem-content-only: %s: protocol: %w", rollouts.Dir, err)
+	case !ok:
+		return nil, fmt.Errorf("advantage: --mem-content-only: %s: the manifest's config has no protocol; rerun the rollout stage: %w",
+			rollouts.Dir, ErrInput)
 	}
 	if p.Memory.Open == "" || p.Memory.Close == "" {
 		return nil, fmt.Errorf("advantage: --mem-content-only: %s: protocol %q has no memory tags: %w", rollouts.Dir, p.Name, ErrConfig)
