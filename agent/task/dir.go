@@ -44,6 +44,7 @@ type Dataset struct {
 	Dir    string `json:"dir"` // relative to the task directory
 	Split  string `json:"split"`
 	K      int    `json:"k"`
+	KMax   int    `json:"k_max,omitempty"` // a training mix: each question has K..KMax objectives
 	Rows   int64  `json:"rows"`
 	Digest string `json:"digest"` // the dataset digest (format.Manifest.Digest)
 }

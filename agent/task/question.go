@@ -28,9 +28,13 @@ type Config struct {
 	// Qwen's digit-by-digit pre-tokenizer a tiny model copies a name far more readily
 	// than four digit tokens, each seen everywhere in its context.
 	NoYearQuestions bool `json:"no_year_questions,omitempty"`
-	// TrainK objectives per training question, Train questions.
-	TrainK int `json:"train_k"`
-	Train  int `json:"train"`
+	// TrainK objectives per training question, Train questions. With TrainKMax above
+	// TrainK each training question draws its count uniformly from TrainK..TrainKMax, so
+	// RL trains where memory decides as well as where it barely matters; zero keeps
+	// every question at TrainK (and the config's JSON, so earlier cache keys, unchanged).
+	TrainK    int `json:"train_k"`
+	TrainKMax int `json:"train_k_max,omitempty"`
+	Train     int `json:"train"`
 	// TestK lists the objective counts of the test sets, Test questions each.
 	TestK []int `json:"test_k"`
 	Test  int   `json:"test"`
@@ -74,6 +78,9 @@ func (c Config) Validate() error {
 		if k < 1 || k > 32 {
 			return fmt.Errorf("objective count %d: want 1..32 (--train-k, --test-k): %w", k, ErrConfig)
 		}
+	}
+	if c.TrainKMax != 0 && (c.TrainKMax < c.TrainK || c.TrainKMax > 32) {
+		return fmt.Errorf("--train-k-max %d: want 0 (every question --train-k) or %d..32: %w", c.TrainKMax, c.TrainK, ErrConfig)
 	}
 	return nil
 }
@@ -183,7 +190,9 @@ func (w *World) askable(kind Kind) []int {
 }
 
 // questions draws n questions of k distinct objectives each, none in seen.
-func (w *World) questions(r *rand.Rand, split string, k, n int, seen map[string]bool) ([]Prompt, error) {
+// questions draws n distinct questions of k objectives each, or of kmax > k: of a count
+// drawn uniformly from k..kmax per question.
+func (w *World) questions(r *rand.Rand, split string, k, kmax, n int, seen map[string]bool) ([]Prompt, error) {
 	var real []int
 	for i, e := range w.Entities {
 		if e.Twin < 0 {
@@ -194,9 +203,13 @@ func (w *World) questions(r *rand.Rand, split string, k, n int, seen map[string]
 		seen = map[string]bool{}
 	}
 	var out []Prompt
+	kmin := k
 	for tries := 0; len(out) < n; tries++ {
 		if tries > 50*n+1000 {
 			return nil, fmt.Errorf("split %s, k=%d: only %d distinct questions of %d; enlarge the world: %w", split, k, len(out), n, ErrConfig)
+		}
+		if kmax > kmin {
+			k = kmin + r.IntN(kmax-kmin+1)
 		}
 		var objs []Objective
 		used := map[string]bool{}

@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -186,6 +187,8 @@ func TestConfigValidate(t *testing.T) {
 		{"nan two-hop rate", func(c *Config) { c.TwoHopRate = math.NaN() }},
 		{"zero k", func(c *Config) { c.TestK = []int{2, 0} }},
 		{"negative train", func(c *Config) { c.Train = -1 }},
+		{"train k max below train k", func(c *Config) { c.TrainK, c.TrainKMax = 3, 2 }},
+		{"train k max above 32", func(c *Config) { c.TrainKMax = 33 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,6 +201,45 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := NewOracle(nil, protocol.Default(), nil, OracleConfig{Drop: -0.1, MaxTurns: 4}); !errors.Is(err, ErrConfig) {
 		t.Errorf("NewOracle(drop -0.1) error = %v, want ErrConfig", err)
+	}
+}
+
+// TestTrainKMix: with --train-k-max each training question draws its objective count from
+// TrainK..TrainKMax, every count occurs, the test sets keep theirs, and a config without a
+// mix serialises as before (gen-task's cache key unchanged).
+func TestTrainKMix(t *testing.T) {
+	c := smallConfig(1)
+	c.TrainK, c.TrainKMax = 2, 4
+	w := mustGenerate(t, c)
+	counts := map[int]int{}
+	for _, q := range w.Train {
+		if len(q.Golds) != q.K || len(q.Objectives) != q.K {
+			t.Fatalf("question %s: k %d, %d golds, %d objectives", q.UID, q.K, len(q.Golds), len(q.Objectives))
+		}
+		counts[q.K]++
+	}
+	for k := 2; k <= 4; k++ {
+		if counts[k] < len(w.Train)/5 {
+			t.Errorf("%d of %d training questions with k=%d, want about a third (counts %v)", counts[k], len(w.Train), k, counts)
+		}
+	}
+	if len(counts) != 3 {
+		t.Errorf("training counts %v, want k in 2..4 only", counts)
+	}
+	for _, q := range w.Test {
+		if !slices.Contains(c.TestK, q.K) {
+			t.Errorf("test question %s: k %d, want one of %v", q.UID, q.K, c.TestK)
+		}
+	}
+	if !bytes.Equal(dump(t, w, OracleConfig{MaxTurns: 16}), dump(t, mustGenerate(t, c), OracleConfig{MaxTurns: 16})) {
+		t.Error("two mixed-k worlds with one seed differ")
+	}
+	b, err := json.Marshal(smallConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("train_k_max")) {
+		t.Errorf("a config without a mix serialises train_k_max: %s", b)
 	}
 }
 

@@ -239,7 +239,7 @@ func Generate(cfg Config) (*World, error) {
 		w.byName[w.Entities[i].Name] = i
 	}
 	var err error
-	if w.Train, err = w.questions(r, "train", cfg.TrainK, cfg.Train, nil); err != nil {
+	if w.Train, err = w.questions(r, "train", cfg.TrainK, cfg.TrainKMax, cfg.Train, nil); err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
@@ -247,7 +247,7 @@ func Generate(cfg Config) (*World, error) {
 		seen[p.Question] = true
 	}
 	for _, k := range cfg.TestK {
-		ps, err := w.questions(r, "test", k, cfg.Test, seen)
+		ps, err := w.questions(r, "test", k, 0, cfg.Test, seen)
 		if err != nil {
 			return nil, err
 		}

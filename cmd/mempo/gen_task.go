@@ -26,6 +26,7 @@ writes the task directory --out:
   corpus.jsonl          one Search-R1 document {"id", "contents"} per entity,
                         near-duplicate distractors included (index it with 'mempo index')
   prompts-train/        prompts dataset of --train questions of --train-k objectives
+                        (each up to --train-k-max)
   prompts-test-k<K>/    prompts dataset of --test questions per K in --test-k
   task.json             the resolved config, counts and dataset digests, written last
 Everything is a function of --seed and the flags. Each prompts dataset is a cached
@@ -45,6 +46,7 @@ func (g *genTaskCmd) flags() *app.Flags {
 		app.Float64(&cfg.TwoHopRate, cli.Float64Flag{Name: "two-hop-rate", Category: "World", Usage: "probability that an objective goes through a relation (\"the founder of X\") and needs two searches"}),
 		app.Bool(&cfg.NoYearQuestions, cli.BoolFlag{Name: "no-year-questions", Category: "Questions", Usage: "keep year facts in the documents but never ask for them (a tiny model copies names far better than digit-by-digit years)"}),
 		app.Int(&cfg.TrainK, cli.IntFlag{Name: "train-k", Category: "Questions", Usage: "objectives per training question (the paper trains on 2)"}),
+		app.Int(&cfg.TrainKMax, cli.IntFlag{Name: "train-k-max", Category: "Questions", Usage: "when above --train-k, each training question draws its objective count uniformly from --train-k..N: a mix where memory decides as well as where it barely matters (0: every question --train-k)"}),
 		app.Int(&cfg.Train, cli.IntFlag{Name: "train", Category: "Questions", Usage: "training questions, written to DIR/prompts-train"}).Check(app.AtLeast(&cfg.Train, 1)),
 		app.Text(&cfg.TestK, cli.StringFlag{Name: "test-k", Category: "Questions", Value: joinInts(cfg.TestK), Usage: "comma-separated objective counts of the test sets, each written to DIR/prompts-test-k<K>"}, parseInts),
 		app.Int(&cfg.Test, cli.IntFlag{Name: "test", Category: "Questions", Usage: "questions per test set"}).Check(app.AtLeast(&cfg.Test, 1)),

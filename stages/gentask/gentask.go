@@ -93,10 +93,10 @@ func Run(ctx context.Context, cfg task.Config, spec jobs.Spec) (*task.Summary, e
 	type set struct {
 		dir     string
 		split   string
-		k       int
+		k, kmax int
 		prompts []task.Prompt
 	}
-	sets := []set{{task.TrainDir, "train", cfg.TrainK, w.Train}}
+	sets := []set{{task.TrainDir, "train", cfg.TrainK, cfg.TrainKMax, w.Train}}
 	for _, k := range cfg.TestK {
 		var ps []task.Prompt
 		for _, p := range w.Test {
@@ -104,14 +104,14 @@ func Run(ctx context.Context, cfg task.Config, spec jobs.Spec) (*task.Summary, e
 				ps = append(ps, p)
 			}
 		}
-		sets = append(sets, set{task.TestDir(k), "test", k, ps})
+		sets = append(sets, set{task.TestDir(k), "test", k, 0, ps})
 	}
 	for _, st := range sets {
 		res, err := writeSet(ctx, spec, cfg, filepath.Join(out, st.dir), st.split, st.k, st.prompts)
 		if err != nil {
 			return nil, err
 		}
-		s.Datasets = append(s.Datasets, task.Dataset{Dir: st.dir, Split: st.split, K: st.k,
+		s.Datasets = append(s.Datasets, task.Dataset{Dir: st.dir, Split: st.split, K: st.k, KMax: st.kmax,
 			Rows: res.Manifest.Rows(), Digest: res.Manifest.Digest()})
 	}
 
@@ -139,7 +139,7 @@ func writeSet(ctx context.Context, spec jobs.Spec, cfg task.Config, dir, split s
 		lo, hi := w.Shard*n/shards, (w.Shard+1)*n/shards
 		rows := make([]format.Prompt, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			rows = append(rows, promptRow(prompts[i], i))
+			rows = append(rows, PromptRow(prompts[i], i))
 		}
 		if _, err := format.WriteFile(w.Path, rows, format.WithOptional("facts")); err != nil {
 			return err
@@ -149,12 +149,12 @@ func writeSet(ctx context.Context, spec jobs.Spec, cfg task.Config, dir, split s
 	})
 }
 
-// promptRow is the prompts row of the i-th prompt of its set. The objectives have no
+// PromptRow is the prompts row of the i-th prompt of its set. The objectives have no
 // source file, so SourceIndex numbers them in the order the set drew them (prompt i's
 // objective j is i*K+j): one index per objective, as the contract asks. Facts are every
 // hop of every objective as [subject, value]: the statement the oracle's memory writes
 // holds both (format.FactHeld).
-func promptRow(p task.Prompt, i int) format.Prompt {
+func PromptRow(p task.Prompt, i int) format.Prompt {
 	idx := make([]int64, len(p.Golds))
 	for j := range idx {
 		idx[j] = int64(i*len(p.Golds) + j)
