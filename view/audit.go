@@ -140,6 +140,9 @@ type MemoryAudit struct {
 	// Golds is "h/K": the objectives whose gold answer the memory names, of K; "" when
 	// the memory pass did not count them.
 	Golds string `json:"golds,omitempty"`
+	// Facts is "h/F": the question's supporting facts the memory holds, of F; "" when
+	// the prompts carry no facts or the memory pass did not count them.
+	Facts string `json:"facts,omitempty"`
 	// Tokens is the span's length, tags included; MemEnd its end in the response of
 	// ResponseTokens tokens.
 	Tokens         int `json:"tokens"`
@@ -220,6 +223,9 @@ func TopMemories(dir string, n int) ([]MemoryAudit, error) {
 			}
 			if l.MemGolds != nil {
 				m.Golds = fmt.Sprintf("%d/%d", *l.MemGolds, l.Objectives)
+			}
+			if l.MemFacts != nil && l.Facts > 0 {
+				m.Facts = fmt.Sprintf("%d/%d", *l.MemFacts, l.Facts)
 			}
 		}
 		out = append(out, m)

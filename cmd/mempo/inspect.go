@@ -46,7 +46,8 @@ an invalid turn: how many open a memory and how many are valid.
 
 --top-memories N lists the N memories of an advantages dataset with the largest
 memory advantage (N < 0: the smallest), with their form: memory reward, P_mem,
-gold answers held, span length and end, the turn's action or failure kind, and
+gold answers held, supporting facts held (where the
+prompts carry them), span length and end, the turn's action or failure kind, and
 any tags or chat markers inside the memory. The rollouts and logprobs are the
 ones its manifest names (or the directories of those names beside DIR).`,
 	}, in.flags(), in.run)
@@ -152,16 +153,20 @@ func (in *inspectCmd) runTopMemories(c *cli.Context) error {
 		return in.encode(c.App.Writer, ms)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "A^M\tR^M\tA^T\tP_mem\tgolds\ttokens\tend/response\tturn\tkind\tformat text\tuid/sample\tmemory")
+	fmt.Fprintln(tw, "A^M\tR^M\tA^T\tP_mem\tgolds\tfacts\ttokens\tend/response\tturn\tkind\tformat text\tuid/sample\tmemory")
 	for _, m := range ms {
-		ft := strings.Join(m.FormatText, " ")
-		if ft == "" {
-			ft = "-"
-		}
-		fmt.Fprintf(tw, "%.2f\t%.3f\t%.2f\t%.3f\t%s\t%d\t%d/%d\t%d\t%s\t%s\t%s/%d\t%q\n", m.AdvMemory, m.MemReward, m.AdvOutcome,
-			m.PMem, m.Golds, m.Tokens, m.MemEnd, m.ResponseTokens, m.Turn, m.Kind, ft, m.UID, m.Sample, clip(m.Memory, 90))
+		fmt.Fprintf(tw, "%.2f\t%.3f\t%.2f\t%.3f\t%s\t%s\t%d\t%d/%d\t%d\t%s\t%s\t%s/%d\t%q\n", m.AdvMemory, m.MemReward, m.AdvOutcome,
+			m.PMem, dash(m.Golds), dash(m.Facts), m.Tokens, m.MemEnd, m.ResponseTokens, m.Turn, m.Kind, dash(strings.Join(m.FormatText, " ")), m.UID, m.Sample, clip(m.Memory, 90))
 	}
 	return tw.Flush()
+}
+
+// dash stands in for a count the dataset does not have.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func clip(s string, n int) string {

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -10,7 +11,10 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/advantage"
 	"github.com/mempo/mempo/stages/logprob"
+	"github.com/mempo/mempo/stages/score"
+	"github.com/mempo/mempo/view"
 )
 
 // TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout
@@ -129,5 +133,61 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 		if r.Action == string(protocol.Answer) && l.Holds() != format.HoldsAll {
 			t.Errorf("uid %s sample %d: the oracle's answering memory %q holds %v of %d gold answers, want all", r.UID, r.Sample, r.Memory, l.MemGolds, l.Objectives)
 		}
+		if want := len(f.byUID[r.UID].Facts()); (l.MemGolds != nil) != (l.MemFacts != nil) || (l.MemFacts != nil && int(l.Facts) != want) {
+			t.Errorf("uid %s sample %d turn %d: mem_facts %v of %d, want a count of the prompt's %d facts on every memory turn", r.UID, r.Sample, r.Turn, l.MemFacts, l.Facts, want)
+		}
+		if r.Action == string(protocol.Answer) && l.HoldsFacts() != format.HoldsAll {
+			t.Errorf("uid %s sample %d: the oracle's answering memory %q holds %v of %d supporting facts, want all", r.UID, r.Sample, r.Memory, l.MemFacts, l.Facts)
+		}
+	}
+	for _, k := range []string{"memories_facts_all", "memories_facts_none", "auc_r_mem_facts_all_vs_none"} {
+		if res.Manifest.Metrics[k] <= 0 {
+			t.Errorf("logprobs manifest %s = %v, want > 0 (the prompts gen-task writes carry facts)", k, res.Manifest.Metrics[k])
+		}
+	}
+	checkMemoryAudit(t, f, mempoDir, out, rows)
+}
+
+// checkMemoryAudit carries the rollout and log-prob stages' real output on through the
+// score and advantage stages: the advantage summary splits the memory rewards by facts,
+// and `mempo inspect --top-memories` (view.TopMemories) reads each memory's facts count
+// back from the datasets the stages wrote.
+func checkMemoryAudit(t *testing.T, f *fixture, rollouts, logprobs string, rows []format.Rollout) {
+	t.Helper()
+	dir := filepath.Dir(logprobs)
+	scores, advantages := filepath.Join(dir, "scores"), filepath.Join(dir, "advantages")
+	if _, err := score.Run(context.Background(), score.DefaultConfig(), score.Inputs{Rollouts: rollouts, Prompts: f.train}, jobs.Spec{Out: scores}); err != nil {
+		t.Fatalf("score: %v", err)
+	}
+	res, err := advantage.Run(context.Background(), advantage.DefaultConfig(),
+		advantage.Inputs{Rollouts: rollouts, Scores: scores, Logprobs: logprobs}, jobs.Spec{Out: advantages})
+	if err != nil {
+		t.Fatalf("advantage: %v", err)
+	}
+	for _, k := range []string{"memories_facts_all", "memories_facts_none", "mem_reward_mean_facts_all"} {
+		if _, ok := res.Manifest.Metrics[k]; !ok {
+			t.Errorf("advantages manifest has no %s: %v", k, res.Manifest.Metrics)
+		}
+	}
+	if got, want := res.Manifest.Metrics["memories_facts_all"]+res.Manifest.Metrics["memories_facts_some"]+res.Manifest.Metrics["memories_facts_none"],
+		res.Manifest.Metrics["memories"]; got != want {
+		t.Errorf("advantages manifest: %v memories split by facts, want all %v", got, want)
+	}
+	ms, err := view.TopMemories(advantages, len(rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answering := 0
+	for _, m := range ms {
+		if m.Kind != string(protocol.Answer) {
+			continue
+		}
+		answering++
+		if n := len(f.byUID[m.UID].Facts()); m.Facts != fmt.Sprintf("%d/%d", n, n) {
+			t.Errorf("uid %s sample %d: top-memories facts %q, want %d/%d for the oracle's answering memory", m.UID, m.Sample, m.Facts, n, n)
+		}
+	}
+	if answering == 0 {
+		t.Errorf("top memories %+v: no answering turn", ms)
 	}
 }

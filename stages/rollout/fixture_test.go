@@ -17,6 +17,7 @@ import (
 	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
+	"github.com/mempo/mempo/stages/gentask"
 	"github.com/mempo/mempo/stages/initmodel"
 )
 
@@ -97,11 +98,10 @@ func buildFixture() (*fixture, error) {
 		rows := make([]format.Prompt, len(ps))
 		for i, p := range ps {
 			f.byUID[p.UID] = p
-			rows[i] = format.Prompt{UID: p.UID, DataSource: p.DataSource, Split: p.Split, SourceIndex: []int64{int64(i)},
-				Question: p.Question, Golds: p.Golds}
+			rows[i] = gentask.PromptRow(p, i) // the rows gen-task writes, supporting facts included
 		}
 		dir := filepath.Join(root, name)
-		_, err := formattest.WriteDataset(dir, "test", [][]format.Prompt{rows})
+		_, err := formattest.WriteDataset(dir, "test", [][]format.Prompt{rows}, format.WithOptional("facts"))
 		return dir, err
 	}
 	if f.train, err = write("prompts-train", w.Train); err != nil {
