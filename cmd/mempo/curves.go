@@ -21,10 +21,12 @@ func curvesCommand() *cli.Command {
 	cv := &curvesCmd{}
 	return app.Command(&cli.Command{
 		Name:  "curves",
-		Usage: "plot mean reward and KL to the reference over RL iterations",
-		Description: `Reads each iteration's scores dataset (mean outcome reward) and its updated policy's
-trainer_state.json (mean KL) and writes reward_vs_iter.png, kl_vs_iter.png and
-curves.csv to --out.
+		Usage: "plot reward, KL, groups without outcome signal and invalid turns over RL iterations",
+		Description: `Reads each iteration's scores dataset (mean outcome reward), its updated policy's
+trainer_state.json (mean KL), its advantages manifest (the fraction of groups whose
+rewards are all equal: no outcome signal) and its rollouts manifest (the fraction of
+invalid turns), and writes reward_vs_iter.png, kl_vs_iter.png, zero_spread_vs_iter.png,
+invalid_vs_iter.png and curves.csv to --out.
 
 A NAME given with one DIR is drawn as a plain line. A NAME repeated with several DIRs
 (one per seed) is drawn as the mean over seeds per iteration with a shaded band from the
@@ -32,7 +34,7 @@ min to the max over seeds (the legend says how many seeds); an iteration counts 
 seeds that reached it.
 
 curves.csv: header name,metric,iter,seeds,mean,lo,hi; one row per (NAME, metric,
-iteration), metric reward or kl, mean over the seeds that reached the iteration, lo and
+iteration), metric reward, kl, zero_spread or invalid, mean over the seeds that reached the iteration, lo and
 hi their min and max (equal to mean for one seed).`,
 	}, cv.flags(), cv.run)
 }

@@ -20,11 +20,18 @@ import (
 type Curves struct {
 	Reward []Point // mean outcome reward of the iteration's rollouts
 	KL     []Point // mean KL to the reference over the iteration's update
+	// ZeroSpread is the fraction of the iteration's groups whose rewards are all equal:
+	// the questions that carry no outcome signal (the advantages' zero_spread_group_frac).
+	ZeroSpread []Point
+	// Invalid is the fraction of the iteration's rollout turns that left the turn format.
+	Invalid []Point
 }
 
 // RunCurves reads the iterations of a run variant's directory (iter-1, iter-2, …): the
-// mean reward from each iter-k/scores dataset and the KL from iter-k/policy's
-// trainer_state.json. Missing pieces of an unfinished iteration are skipped.
+// mean reward from each iter-k/scores dataset, the KL from iter-k/policy's
+// trainer_state.json, the groups without reward spread from iter-k/advantages' manifest
+// and the invalid turns from iter-k/rollouts'. Missing pieces of an unfinished iteration
+// are skipped.
 func RunCurves(dir string) (Curves, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -49,6 +56,14 @@ func RunCurves(dir string) (Curves, error) {
 		}
 		if kl, ok := trainerMetric(filepath.Join(it, "policy", "trainer_state.json"), "kl"); ok {
 			c.KL = append(c.KL, Point{X: float64(k), Y: kl})
+		}
+		if m, err := format.ReadManifest(filepath.Join(it, "advantages")); err == nil {
+			if f, ok := m.Metrics["zero_spread_group_frac"]; ok {
+				c.ZeroSpread = append(c.ZeroSpread, Point{X: float64(k), Y: f})
+			}
+		}
+		if m, err := format.ReadManifest(filepath.Join(it, "rollouts")); err == nil && m.Metrics["rows"] > 0 {
+			c.Invalid = append(c.Invalid, Point{X: float64(k), Y: m.Metrics["invalid_turns"] / m.Metrics["rows"]})
 		}
 	}
 	return c, nil
@@ -106,24 +121,25 @@ func SpreadOf(curves [][]Point) []Spread {
 
 // SeedCurves is one run variant's curves over its seeds' run directories.
 type SeedCurves struct {
-	Name       string
-	Dirs       []string
-	Reward, KL []Spread
+	Name                            string
+	Dirs                            []string
+	Reward, KL, ZeroSpread, Invalid []Spread
 }
 
 // ReadSeedCurves reads the curves of each of a variant's run directories (RunCurves),
 // one per seed, and aggregates them (SpreadOf).
 func ReadSeedCurves(name string, dirs []string) (SeedCurves, error) {
 	sc := SeedCurves{Name: name, Dirs: dirs}
-	var reward, kl [][]Point
+	var reward, kl, zero, invalid [][]Point
 	for _, d := range dirs {
 		c, err := RunCurves(d)
 		if err != nil {
 			return sc, fmt.Errorf("curves %s: %w", name, err)
 		}
 		reward, kl = append(reward, c.Reward), append(kl, c.KL)
+		zero, invalid = append(zero, c.ZeroSpread), append(invalid, c.Invalid)
 	}
-	sc.Reward, sc.KL = SpreadOf(reward), SpreadOf(kl)
+	sc.Reward, sc.KL, sc.ZeroSpread, sc.Invalid = SpreadOf(reward), SpreadOf(kl), SpreadOf(zero), SpreadOf(invalid)
 	return sc, nil
 }
 
@@ -184,13 +200,28 @@ func spreadSeries(name string, seeds int, sp []Spread) Series {
 }
 
 // CurvesCSVHeader is curves.csv's header: one row per (variant, metric, iteration),
-// metric "reward" or "kl"; mean over the seeds that reached the iteration, lo and hi
-// their min and max.
+// metric reward, kl, zero_spread or invalid (curveMetrics); mean over the seeds that
+// reached the iteration, lo and hi their min and max.
 var CurvesCSVHeader = []string{"name", "metric", "iter", "seeds", "mean", "lo", "hi"}
 
-// WriteCurves writes reward_vs_iter.png, kl_vs_iter.png and curves.csv (atomically)
-// into dir and returns the names of the files it wrote. A variant with several seeds is
-// drawn as its mean with a shaded band from the min to the max over seeds.
+// curveMetric is one curve of SeedCurves, its CSV name and its plot.
+type curveMetric struct {
+	name, file, title, y string
+	of                   func(SeedCurves) []Spread
+}
+
+var curveMetrics = []curveMetric{
+	{"reward", "reward_vs_iter.png", "Mean reward per RL iteration", "reward", func(c SeedCurves) []Spread { return c.Reward }},
+	{"kl", "kl_vs_iter.png", "KL to the reference per RL iteration", "KL", func(c SeedCurves) []Spread { return c.KL }},
+	{"zero_spread", "zero_spread_vs_iter.png", "Groups without reward spread (no outcome signal)", "fraction of groups", func(c SeedCurves) []Spread { return c.ZeroSpread }},
+	{"invalid", "invalid_vs_iter.png", "Invalid turns of the iteration's rollouts", "fraction of turns", func(c SeedCurves) []Spread { return c.Invalid }},
+}
+
+// WriteCurves writes a plot per curve (reward_vs_iter.png, kl_vs_iter.png,
+// zero_spread_vs_iter.png, invalid_vs_iter.png) and curves.csv (atomically) into dir and
+// returns the names of the files it wrote. A variant with several seeds is drawn as its
+// mean with a shaded band from the min to the max over seeds. A curve no variant has
+// (runs from before its figure existed) gets no plot.
 func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("curves: %w", err)
@@ -199,35 +230,41 @@ func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
 	w := csv.NewWriter(&b)
 	w.Write(CurvesCSVHeader)
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
-	var reward, kl []Series
 	band := ""
 	for _, c := range cs {
-		for _, m := range []struct {
-			name string
-			sp   []Spread
-		}{{"reward", c.Reward}, {"kl", c.KL}} {
-			for _, p := range m.sp {
-				w.Write([]string{c.Name, m.name, num(p.X), strconv.Itoa(p.Seeds), num(p.Mean), num(p.Min), num(p.Max)})
-			}
-		}
-		reward = append(reward, spreadSeries(c.Name, len(c.Dirs), c.Reward))
-		kl = append(kl, spreadSeries(c.Name, len(c.Dirs), c.KL))
 		if len(c.Dirs) > 1 {
 			band = " (band: min–max over seeds)"
 		}
+	}
+	for _, c := range cs {
+		for _, m := range curveMetrics {
+			for _, p := range m.of(c) {
+				w.Write([]string{c.Name, m.name, num(p.X), strconv.Itoa(p.Seeds), num(p.Mean), num(p.Min), num(p.Max)})
+			}
+		}
+	}
+	var files []string
+	for _, m := range curveMetrics {
+		var series []Series
+		points := 0
+		for _, c := range cs {
+			points += len(m.of(c))
+			series = append(series, spreadSeries(c.Name, len(c.Dirs), m.of(c)))
+		}
+		if points == 0 && m.name != "reward" && m.name != "kl" {
+			continue
+		}
+		if err := PlotPNG(filepath.Join(dir, m.file), m.title+band, "iteration", m.y, series); err != nil {
+			return nil, err
+		}
+		files = append(files, m.file)
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
 		return nil, fmt.Errorf("curves: %w", err)
 	}
-	if err := PlotPNG(filepath.Join(dir, "reward_vs_iter.png"), "Mean reward per RL iteration"+band, "iteration", "reward", reward); err != nil {
-		return nil, err
-	}
-	if err := PlotPNG(filepath.Join(dir, "kl_vs_iter.png"), "KL to the reference per RL iteration"+band, "iteration", "KL", kl); err != nil {
-		return nil, err
-	}
 	if err := renameio.WriteFile(filepath.Join(dir, "curves.csv"), []byte(b.String())); err != nil {
 		return nil, err
 	}
-	return []string{"reward_vs_iter.png", "kl_vs_iter.png", "curves.csv"}, nil
+	return append(files, "curves.csv"), nil
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +184,18 @@ func TestRunCurves(t *testing.T) {
 			}
 		}
 	}
+	// Iteration 1's advantages and rollouts manifests carry the outcome signal and the
+	// format's figures; iteration 2 has neither yet.
+	it1 := filepath.Join(dir, "iter-1")
+	for name, metrics := range map[string]map[string]float64{
+		"advantages": {"zero_spread_group_frac": 0.25},
+		"rollouts":   {"invalid_turns": 3, "rows": 12},
+	} {
+		os.MkdirAll(filepath.Join(it1, name), 0o755)
+		if err := format.WriteManifest(filepath.Join(it1, name), &format.Manifest{Kind: format.Kind(name), SchemaVersion: 1, Metrics: metrics}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	os.MkdirAll(filepath.Join(dir, "iter-x"), 0o755) // not an iteration
 	c, err := RunCurves(dir)
 	if err != nil {
@@ -193,6 +206,17 @@ func TestRunCurves(t *testing.T) {
 	}
 	if len(c.KL) != 1 || c.KL[0] != (Point{1, 0.003}) {
 		t.Errorf("kl curve = %v, want [{1 0.003}] (iteration 2 has no policy yet)", c.KL)
+	}
+	if len(c.ZeroSpread) != 1 || c.ZeroSpread[0] != (Point{1, 0.25}) {
+		t.Errorf("zero-spread curve = %v, want [{1 0.25}]", c.ZeroSpread)
+	}
+	if len(c.Invalid) != 1 || c.Invalid[0] != (Point{1, 0.25}) {
+		t.Errorf("invalid curve = %v, want [{1 0.25}] (3 of 12 turns)", c.Invalid)
+	}
+	files, err := WriteCurves(t.TempDir(), []SeedCurves{{Name: "mempo", Dirs: []string{dir},
+		Reward: SpreadOf([][]Point{c.Reward}), ZeroSpread: SpreadOf([][]Point{c.ZeroSpread}), Invalid: SpreadOf([][]Point{c.Invalid})}})
+	if err != nil || !slices.Contains(files, "zero_spread_vs_iter.png") || !slices.Contains(files, "invalid_vs_iter.png") {
+		t.Errorf("WriteCurves = %v, %v; want the zero-spread and invalid plots", files, err)
 	}
 }
 

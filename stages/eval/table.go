@@ -10,7 +10,7 @@ import (
 )
 
 // DiffMetrics are the metrics of the Markdown difference table (results.csv has all).
-var DiffMetrics = []Metric{F1, EM, Success, Retention, PT}
+var DiffMetrics = []Metric{F1, EM, Success, Invalid, Retention, PT}
 
 // cell formats an estimate as `mean [lo, hi]`, with a sign when signed; "–" when unknown.
 func cell(e Estimate, m Metric, signed bool) string {
