@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 )
 
@@ -153,6 +154,8 @@ func TestPipeline(t *testing.T) {
 		}
 	}
 
+	checkAudit(t, bin, run)
+
 	// The update scores what the upstream stages really wrote through tree passes over
 	// shared prefixes (the default). Its first mini-batch runs the policy the log-prob
 	// stage scored, so the new log-probs equal the old ones (ppo_kl ≈ 0), and its mean
@@ -221,6 +224,28 @@ func TestPipeline(t *testing.T) {
 	}
 }
 
+// checkAudit checks what the memory audit reads in a real run: gen-task's prompts carry
+// one or more supporting facts per objective (the memory-pass side is checked on real
+// rollouts in stages/rollout's boundary test, since the tiny policy's 16-token turns
+// close no memory), and `mempo inspect --turns` audits the rollouts the binaries wrote.
+func checkAudit(t *testing.T, bin, run string) {
+	t.Helper()
+	prompts, err := format.ReadDataset[format.Prompt](filepath.Join(run, "task", "prompts-train"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range prompts {
+		if len(p.Facts) < len(p.Golds) {
+			t.Fatalf("prompt %s: %d facts for %d objectives, want one or more per objective", p.UID, len(p.Facts), len(p.Golds))
+		}
+	}
+	rollouts := filepath.Join(run, "mempo", "iter-1", "rollouts")
+	out, err := exec.Command(filepath.Join(bin, "mempo"), "inspect", "--turns", rollouts).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(rollouts)+`\s+\d+\s+\d+\s+\d\.\d{3}\s`).Match(out) {
+		t.Errorf("mempo inspect --turns: %v, want one audit line for the rollouts:\n%s", err, out)
+	}
+}
+
 // firstStep reads the first mini-batch's figures from the update checkpoint in dir.
 func firstStep(t *testing.T, dir string) (m struct {
 	PPOKL   float64 `json:"ppo_kl"`
@@ -258,12 +283,27 @@ func TestExperimentSeedsInTurn(t *testing.T) {
 	}
 }
 
-// TestExperiment runs pipelines/experiment.mk on a toy size — three variants × two
-// seeds × one iteration on one shared task — and checks the aggregation end to end: the
-// report names both seeds, gives every policy an interval, and compares mempo against the
-// grpo baseline; the curves have their spread over seeds. A second make runs no stage.
-// The third variant, ctxbase, runs the harness's predefined flags for the context
-// baseline through the log-prob, advantage and update binaries.
+// TestExperimentMixK checks the mixed-K setting's defaults in make's database: five seeds
+// in turn, MemPO with and without --mem-content-only against GRPO, training questions of
+// 2 to 4 objectives, test sets of 2, 4 and 6.
+func TestExperimentMixK(t *testing.T) {
+	out, _ := exec.Command("make", "--no-print-directory", "-C", "..", "-f", "pipelines/experiment.mk", "-pq",
+		"SETTING=mixk", "no-such-target").Output() // -q exits non-zero
+	for _, want := range []string{`(?m)^SEEDS = 1 2 3 4 5$`, `(?m)^VARIANTS = mempo grpo memcontent$`, `(?m)^EXP_DIR = runs/exp-mixk$`,
+		`(?m)^TASK_FLAGS = .*--train-k 2 --train-k-max 4\b`, `(?m)^TEST_K = 2,4,6$`, `(?m)^seed-5: .*\| seed-4$`} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("make -p SETTING=mixk: no line matching %s", want)
+		}
+	}
+}
+
+// TestExperiment runs pipelines/experiment.mk's mixed-K setting (SETTING=mixk) on a toy
+// size — four variants × two seeds × one iteration on one shared task whose training
+// questions have 2 or 3 objectives — and checks the aggregation end to end: the report
+// names both seeds, gives every policy an interval, and compares mempo against the grpo
+// baseline; the curves have their spread over seeds. A second make runs no stage.
+// ctxbase and memcontent run the harness's predefined flags for the context baseline and
+// the memory advantage on content tokens through the binaries.
 func TestExperiment(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinaries(t, dir)
@@ -271,9 +311,10 @@ func TestExperiment(t *testing.T) {
 	make := func() string {
 		t.Helper()
 		args := append([]string{"--no-print-directory", "-j2", "-C", "..", "-f", "pipelines/experiment.mk", "BIN=" + bin, "EXP_DIR=" + exp,
-			"SEEDS=1 2", "ITERS=1", "BOOTSTRAP=200"}, tiny...)
+			"SETTING=mixk", "SEEDS=1 2", "ITERS=1", "BOOTSTRAP=200"}, tinyExcept("TASK_FLAGS")...)
 		// The protocol path is relative to the repository root here.
-		cmd := exec.Command("make", append(args, "PROTOCOL=pipelines/demo-protocol.json", "VARIANTS=mempo grpo ctxbase", "run")...)
+		cmd := exec.Command("make", append(args, "PROTOCOL=pipelines/demo-protocol.json", "VARIANTS=mempo grpo ctxbase memcontent",
+			"TASK_FLAGS=--people 40 --cities 12 --companies 12 --countries 4 --train 24 --test 2 --train-k 2 --train-k-max 3", "run")...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("make run: %v\n%s", err, out)
@@ -286,7 +327,7 @@ func TestExperiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mempo | 2 | 2 |", "| grpo | 2 | 2 |", "| ctxbase | 2 | 2 |", "| sft | 4 | 2 |", "vs grpo", "seed1", "seed2"} {
+	for _, want := range []string{"| mempo | 2 | 2 |", "| grpo | 2 | 2 |", "| ctxbase | 2 | 2 |", "| memcontent | 4 | 2 |", "| sft | 4 | 2 |", "vs grpo", "seed1", "seed2"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
@@ -302,6 +343,23 @@ func TestExperiment(t *testing.T) {
 	if err := json.Unmarshal(lp.Config, &scored); err != nil || scored.PFull || !scored.PCtx {
 		t.Errorf("ctxbase log-probs: config %s (%v), want p_ctx scored and p_full not", lp.Config, err)
 	}
+	adv, err := format.ReadManifest(filepath.Join(exp, "seed-1", "memcontent", "iter-1", "advantages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var advCfg struct {
+		ContentOnly bool `json:"mem_content_only"`
+	}
+	if err := json.Unmarshal(adv.Config, &advCfg); err != nil || !advCfg.ContentOnly {
+		t.Errorf("memcontent advantages: config %s (%v), want mem_content_only", adv.Config, err)
+	}
+	var summary task.Summary
+	if b, err := os.ReadFile(filepath.Join(exp, "task", "task.json")); err != nil || json.Unmarshal(b, &summary) != nil {
+		t.Fatalf("task.json: %v", err)
+	}
+	if d := summary.Datasets[0]; d.Split != "train" || d.K != 2 || d.KMax != 3 {
+		t.Errorf("training set %+v, want k 2 to 3", d)
+	}
 	csv, err := os.ReadFile(filepath.Join(report, "results.csv"))
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +371,10 @@ func TestExperiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^mempo,reward,1,2,`).Match(curves) {
-		t.Errorf("curves.csv has no reward of iteration 1 over 2 seeds for mempo:\n%s", curves)
+	for _, metric := range []string{"reward", "zero_spread", "invalid"} {
+		if !regexp.MustCompile(`(?m)^mempo,` + metric + `,1,2,`).Match(curves) {
+			t.Errorf("curves.csv has no %s of iteration 1 over 2 seeds for mempo:\n%s", metric, curves)
+		}
 	}
 	for _, f := range []string{"f1_vs_k.png", "success_vs_k.png", "reward_vs_iter.png"} {
 		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
