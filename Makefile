@@ -154,12 +154,15 @@ DEMO_JOBS ?= 2
 demo: build
 	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/demo.mk BIN=$(BIN) run
 	@echo; cat runs/demo/eval/results.md; echo; echo "plots: runs/demo/eval/*.png"
+	@build/demo_table.sh runs/demo/eval/results.md README.md
 
 # MemPO against GRPO over seeds with 95% intervals (pipelines/experiment.mk; about 80
 # minutes on 2 cores). SEEDS, VARIANTS and every stage's flags can be set on the command line.
+# SETTING=mixk: the setting where memory decides (training on 2-4 objectives, five seeds).
+EXP_DIR ?= $(if $(filter mixk,$(SETTING)),runs/exp-mixk,runs/exp)
 experiment: build
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) run
-	@echo; cat runs/exp/report/results.md; echo; echo "plots: runs/exp/report/*.png"
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) EXP_DIR=$(EXP_DIR) run
+	@echo; cat $(EXP_DIR)/report/results.md; echo; echo "plots: $(EXP_DIR)/report/*.png"
 
 # The runtime image (Dockerfile): the binaries built against the pinned libtorch in a
 # build stage, then only they and the libtorch libraries they load, under IMAGE. Needs a
