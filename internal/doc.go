@@ -1,8 +1,4 @@
-// Package internal holds no code: the folders below are small primitives the whole
-// module shares.
-//
-//	renameio  the one atomic writer: files and directories committed whole, mode 0644
-//	stats     means and AUCs of the stage summaries
-//	tensorboard  TensorBoard event files: the stages' metrics for TensorBoard and W&B
-//	layout    the test of the import rule of DESIGN.md §1
+// Package internal holds no code: its folders are small primitives the whole module
+// shares (renameio, stats, layout, httpserve, procstat, tensorboard, wait), each listed
+// with what it holds in docs/architecture.md.
 package internal

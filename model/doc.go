@@ -1,11 +1,4 @@
-// Package model holds no code: the folders below are the policy as a checkpoint holds
-// it and libtorch runs it.
-//
-//	torch        the libtorch layer: runtime, raw handles, host copies, error routing
-//	qwen2        the Qwen2 architecture: load/save, generate, log-probs, branch trees
-//	sample       token sampling (pure Go)
-//	bpe          the byte-level BPE tokenizer of tokenizer.json
-//	safetensors  the safetensors file format
-//
-// Only model/ and train/ import gotch (DESIGN.md §1).
+// Package model holds no code: its folders are the policy as a checkpoint holds it and
+// libtorch runs it (torch, qwen2, sample, bpe, chat, safetensors, serve). Only model/ and
+// train/ import gotch. docs/architecture.md describes each package and the import rule.
 package model

@@ -1,5 +1,6 @@
 // Package pipelines holds no code: its Make fragments wire the stage binaries into DAGs
 // whose targets are the stages' commit records, and its tests run them end to end.
+// docs/architecture.md places them in the layout.
 //
 //	rl.mk          RL iterations of each variant from a start policy, and their evaluation
 //	mempo.mk       one run on the embedded synthetic task: task, index, init-model, SFT, rl.mk
