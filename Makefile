@@ -39,7 +39,7 @@ unexport LIBTORCH_CUDA
 BIN := bin
 endif
 # Packages that must never import gotch (DESIGN.md §1); test-pure fails if one does.
-PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./view/... \
+PURE_REQUIRED := ./format/... ./jobs/... ./agent/... ./train/ppo/... ./internal/... ./model/sample/... ./stages/score/... ./stages/advantage/... ./audit/... \
 	./cmd/mempo-score ./cmd/mempo-advantage ./cmd/internal/stagecmd/score ./cmd/internal/stagecmd/advantage
 
 .PHONY: all build check-cuda-build check-libtorch test test-build test-pure test-torch test-ecosystem bench bench-compare gpu-check gpu-bundle check-gpu-bundle demo experiment libtorch fixtures clean image
@@ -89,7 +89,7 @@ test-build:
 	@build/bench_compare/requirements_test.sh
 	@build/make_test.sh
 
-# view/'s browser tests use the Chromium build/chromium.sh finds or installs (or skip without one).
+# audit/'s browser tests use the Chromium build/chromium.sh finds or installs (or skip without one).
 test-pure:
 	@pure=$$(build/pure_pkgs.sh $(PURE_REQUIRED)) || exit 1; \
 	export MEMPO_CHROMIUM=$$(build/chromium.sh); \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Print the path of a headless-capable Chromium for the view/ browser tests on stdout
+# Print the path of a headless-capable Chromium for the audit/ browser tests on stdout
 # (nothing else goes to stdout): MEMPO_CHROMIUM when set, else the first of chromium,
 # chromium-browser and google-chrome on PATH, else, when running as root with apt-get,
 # Debian's chromium installed once. Without one it prints nothing and says in one line on
@@ -19,7 +19,7 @@ if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
   echo "chromium: none on PATH and no root apt-get to install it; the view/ browser tests will be skipped" >&2
   exit 0
 fi
-echo "chromium: installing Debian's chromium with apt-get (once, for the view/ browser tests)" >&2
+echo "chromium: installing Debian's chromium with apt-get (once, for the audit/ browser tests)" >&2
 export DEBIAN_FRONTEND=noninteractive
 install() { apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }
 # A fresh image has no package lists: fetch them once if the first try finds no package.

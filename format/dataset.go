@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -234,4 +235,44 @@ func ReadPrompts(dir string) ([]Prompt, error) {
 		}
 	}
 	return rows, nil
+}
+
+// Records reads shard i's row groups as Arrow records, in order, for readers that take
+// any schema (the inspect report): the shard is checked against its manifest entry
+// (size and, with the default options, sha256) and must be of the manifest's kind and
+// schema version. fn receives the shard's schema and each record; a record is released
+// when fn returns, so fn must not keep it.
+func (d *Dataset) Records(i int, fn func(sc *arrow.Schema, rec arrow.RecordBatch) error) error {
+	o, _ := newOptions(nil)
+	m := d.Manifest
+	sh, err := openSource(source{path: d.Path(i), want: &m.Outputs[i]}, o)
+	if err != nil {
+		return err
+	}
+	defer sh.close()
+	if sh.kind != m.Kind || sh.version != m.SchemaVersion {
+		return fmt.Errorf("read %s: kind %q version %d, manifest says %q version %d: %w",
+			sh.path, sh.kind, sh.version, m.Kind, m.SchemaVersion, ErrSchemaMismatch)
+	}
+	for g := range sh.numRowGroups() {
+		if sh.pf.MetaData().RowGroup(g).NumRows() == 0 {
+			continue
+		}
+		rec, err := sh.rowGroup(g, nil)
+		if err != nil {
+			return err
+		}
+		err = fn(sh.schema, rec)
+		rec.Release()
+		if err != nil {
+			return fmt.Errorf("read %s: row group %d: %w", sh.path, g, err)
+		}
+	}
+	return nil
+}
+
+// String describes the dataset in one line: kind, shards, rows and digest.
+func (d *Dataset) String() string {
+	m := d.Manifest
+	return fmt.Sprintf("%s v%d, %d shards, %d rows, digest %s", m.Kind, m.SchemaVersion, len(m.Outputs), m.Rows(), m.Digest())
 }

@@ -30,8 +30,10 @@ import (
 // cache miss that is rebuilt.
 const IndexFormat = 1
 
+// MetaFile is an index's commit record, written last: its presence commits the index.
+const MetaFile = "mempo_index.json"
+
 const (
-	metaName     = "mempo_index.json" // written last; its presence commits the index
 	bleveSubdir  = "bleve"
 	analyzerName = "mempo_bm25"
 	fieldName    = "contents"
@@ -100,18 +102,18 @@ func indexKey(corpusSHA256 string) string {
 // ReadMeta reads and checks the commit record of the index in dir. A missing,
 // unreadable or foreign record wraps ErrNotIndex and says how to build one.
 func ReadMeta(dir string) (Meta, error) {
-	path := filepath.Join(dir, metaName)
+	path := filepath.Join(dir, MetaFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return Meta{}, fmt.Errorf("index %s: no %s (build one with `mempo index --corpus FILE --out %s`): %w",
-				dir, metaName, dir, ErrNotIndex)
+				dir, MetaFile, dir, ErrNotIndex)
 		}
 		return Meta{}, fmt.Errorf("index %s: %w", dir, err)
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("index %s: %s: %w; rebuild with `mempo index --force`: %w", dir, metaName, err, ErrNotIndex)
+		return Meta{}, fmt.Errorf("index %s: %s: %w; rebuild with `mempo index --force`: %w", dir, MetaFile, err, ErrNotIndex)
 	}
 	if m.Format != IndexFormat {
 		return Meta{}, fmt.Errorf("index %s: format %d, want %d; rebuild with `mempo index --force`: %w",
@@ -119,7 +121,7 @@ func ReadMeta(dir string) (Meta, error) {
 	}
 	if m.Key != indexKey(m.Corpus.SHA256) || m.Docs <= 0 {
 		return Meta{}, fmt.Errorf("index %s: %s is inconsistent (key or document count); rebuild with `mempo index --force`: %w",
-			dir, metaName, ErrNotIndex)
+			dir, MetaFile, ErrNotIndex)
 	}
 	return m, nil
 }
@@ -212,7 +214,7 @@ func Build(ctx context.Context, cfg IndexConfig, opts BuildOptions) (m Meta, cac
 	if err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
-	if err := renameio.WriteFile(filepath.Join(tmp, metaName), append(b, '\n')); err != nil {
+	if err := renameio.WriteFile(filepath.Join(tmp, MetaFile), append(b, '\n')); err != nil {
 		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
 	}
 	if err := renameio.Sync(tmp); err != nil {
@@ -237,10 +239,10 @@ func replaceable(dir string) error {
 	if err != nil {
 		return fmt.Errorf("index %s: %w", dir, err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, metaName)); err == nil {
+	if _, err := os.Lstat(filepath.Join(dir, MetaFile)); err == nil {
 		return nil
 	}
-	return fmt.Errorf("index %s: directory exists and is not an index (no %s); remove it or choose another --out", dir, metaName)
+	return fmt.Errorf("index %s: directory exists and is not an index (no %s); remove it or choose another --out", dir, MetaFile)
 }
 
 // progressEvery is how many documents pass between Progress calls.

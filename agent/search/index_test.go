@@ -313,7 +313,7 @@ func TestOpenLocalRejectsIncompleteIndex(t *testing.T) {
 	dir := buildIndex(t, world)
 	// A directory that lost its meta file is what a crash before the rename would
 	// have left had the build written in place; it must not open.
-	if err := os.Remove(filepath.Join(dir, metaName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, MetaFile)); err != nil {
 		t.Fatal(err)
 	}
 	tests := map[string]string{"no meta": dir, "empty dir": t.TempDir()}
@@ -333,7 +333,7 @@ func TestOpenLocalRejectsIncompleteIndex(t *testing.T) {
 		}
 		m.Format = IndexFormat + 1
 		b, _ := json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, metaName), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := OpenLocal(dir, LocalConfig{}); !errors.Is(err, ErrNotIndex) {

@@ -41,7 +41,7 @@ func OpenLocal(dir string, cfg LocalConfig) (*Local, error) {
 	}
 	n, err := idx.DocCount()
 	if err == nil && int64(n) != m.Docs {
-		err = fmt.Errorf("holds %d documents, %s says %d; rebuild with `mempo index --force`: %w", n, metaName, m.Docs, ErrNotIndex)
+		err = fmt.Errorf("holds %d documents, %s says %d; rebuild with `mempo index --force`: %w", n, MetaFile, m.Docs, ErrNotIndex)
 	}
 	if err != nil {
 		idx.Close()

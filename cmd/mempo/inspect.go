@@ -11,13 +11,12 @@ import (
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/view"
+	"github.com/mempo/mempo/audit"
 )
 
 // inspectCmd is what 'mempo inspect' resolves its flags into.
 type inspectCmd struct {
-	head int // first rows shown; format.Inspect has no default of its own
+	head int // first rows shown; audit.Inspect has no default of its own
 	json bool
 	// turns and topMemories select the memory-drift audits instead of the summary.
 	turns       bool
@@ -78,7 +77,7 @@ func (in *inspectCmd) run(c *cli.Context) error {
 	if in.head < 0 {
 		return cli.Exit("inspect: --head must be at least 0", 2)
 	}
-	s, err := format.Inspect(c.Args().First(), in.head)
+	s, err := audit.Inspect(c.Args().First(), in.head)
 	if err != nil {
 		return cli.Exit(err.Error(), 1)
 	}
@@ -102,9 +101,9 @@ func (in *inspectCmd) runTurns(c *cli.Context) error {
 	if c.NArg() < 1 {
 		return cli.Exit("inspect --turns: want one or more rollouts dataset directories, e.g. mempo inspect --turns runs/demo/mempo/iter-*/rollouts", 2)
 	}
-	var audits []view.TurnAudit
+	var audits []audit.TurnAudit
 	for _, dir := range c.Args().Slice() {
-		a, err := view.AuditTurns(dir)
+		a, err := audit.AuditTurns(dir)
 		if err != nil {
 			return cli.Exit(fmt.Sprintf("inspect --turns: %v", err), 1)
 		}
@@ -145,7 +144,7 @@ func (in *inspectCmd) runTopMemories(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return cli.Exit("inspect --top-memories: want exactly one advantages dataset directory, e.g. mempo inspect --top-memories 10 runs/demo/mempo/iter-4/advantages", 2)
 	}
-	ms, err := view.TopMemories(c.Args().First(), in.topMemories)
+	ms, err := audit.TopMemories(c.Args().First(), in.topMemories)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("inspect --top-memories: %v", err), 1)
 	}

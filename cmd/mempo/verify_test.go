@@ -13,6 +13,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/audit"
 )
 
 // flipByte flips the low bit of the byte at off (from the end when negative), keeping
@@ -78,12 +79,12 @@ func TestVerifyDirs(t *testing.T) {
 		{train, "prompts"}, {ckpt, "checkpoint of stage init-model"}, {taskDir, "task"}, {index, "index of"},
 		{trained, "checkpoint of stage update, 3 files"}, {legacy, "checkpoint of stage update, 3 files"},
 	} {
-		if got, err := verifyDir(tt.dir); err != nil || !strings.Contains(got, tt.want) {
-			t.Errorf("verifyDir(%s) = %q, %v, want a summary with %q", tt.dir, got, err, tt.want)
+		if got, err := audit.Verify(tt.dir); err != nil || !strings.Contains(got, tt.want) {
+			t.Errorf("audit.Verify(%s) = %q, %v, want a summary with %q", tt.dir, got, err, tt.want)
 		}
 	}
-	if _, err := verifyDir(dir); err == nil {
-		t.Errorf("verifyDir(%s) of a directory without a commit record = nil error, want one", dir)
+	if _, err := audit.Verify(dir); err == nil {
+		t.Errorf("audit.Verify(%s) of a directory without a commit record = nil error, want one", dir)
 	}
 
 	t.Run("checkpoint weights", func(t *testing.T) {
@@ -96,17 +97,17 @@ func TestVerifyDirs(t *testing.T) {
 		flipByte(t, path, 100)
 		defer flipByte(t, path, 100)
 		sum, _, _ := format.Checksum(path)
-		_, err = verifyDir(ckpt)
+		_, err = audit.Verify(ckpt)
 		if !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), sum) {
-			t.Errorf("verifyDir(%s) = %v, want ErrNotCheckpoint with sha256 %s and %s", ckpt, err, want.SHA256, sum)
+			t.Errorf("audit.Verify(%s) = %v, want ErrNotCheckpoint with sha256 %s and %s", ckpt, err, want.SHA256, sum)
 		}
 	})
 	t.Run("checkpoint optimizer state", func(t *testing.T) {
 		path := filepath.Join(trained, "trainer", "optimizer.safetensors")
 		flipByte(t, path, 10)
 		defer flipByte(t, path, 10)
-		if _, err := verifyDir(trained); !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
-			t.Errorf("verifyDir(%s) = %v, want ErrNotCheckpoint naming %s", trained, err, path)
+		if _, err := audit.Verify(trained); !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
+			t.Errorf("audit.Verify(%s) = %v, want ErrNotCheckpoint naming %s", trained, err, path)
 		}
 	})
 	t.Run("checkpoint extra file", func(t *testing.T) {
@@ -115,16 +116,16 @@ func TestVerifyDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.Remove(extra)
-		if _, err := verifyDir(ckpt); err == nil || !strings.Contains(err.Error(), "added.bin") {
-			t.Errorf("verifyDir(%s) = %v, want the unrecorded added.bin named", ckpt, err)
+		if _, err := audit.Verify(ckpt); err == nil || !strings.Contains(err.Error(), "added.bin") {
+			t.Errorf("audit.Verify(%s) = %v, want the unrecorded added.bin named", ckpt, err)
 		}
 	})
 	t.Run("task corpus", func(t *testing.T) {
 		path := filepath.Join(taskDir, task.CorpusFile)
 		flipByte(t, path, 10)
 		defer flipByte(t, path, 10)
-		if _, err := verifyDir(taskDir); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), task.CorpusFile) {
-			t.Errorf("verifyDir(%s) = %v, want ErrCorrupt naming %s", taskDir, err, task.CorpusFile)
+		if _, err := audit.Verify(taskDir); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), task.CorpusFile) {
+			t.Errorf("audit.Verify(%s) = %v, want ErrCorrupt naming %s", taskDir, err, task.CorpusFile)
 		}
 	})
 	t.Run("manifest rows", func(t *testing.T) {
@@ -139,11 +140,11 @@ func TestVerifyDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer format.WriteManifest(train, &orig)
-		if _, err := verifyDir(train); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), "rows") {
-			t.Errorf("verifyDir(%s) = %v, want ErrCorrupt about rows", train, err)
+		if _, err := audit.Verify(train); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), "rows") {
+			t.Errorf("audit.Verify(%s) = %v, want ErrCorrupt about rows", train, err)
 		}
-		if _, err := verifyDir(taskDir); err == nil {
-			t.Errorf("verifyDir(%s) with an edited train manifest = nil error, want one", taskDir)
+		if _, err := audit.Verify(taskDir); err == nil {
+			t.Errorf("audit.Verify(%s) with an edited train manifest = nil error, want one", taskDir)
 		}
 	})
 }

@@ -12,16 +12,16 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
-	"github.com/mempo/mempo/view"
+	"github.com/mempo/mempo/audit"
 )
 
 // viewCmd is what 'mempo view' resolves its flags into.
 type viewCmd struct {
-	cfg view.Config
+	cfg audit.Config
 }
 
 func viewCommand() *cli.Command {
-	v := &viewCmd{cfg: view.Config{Addr: view.DefaultAddr}}
+	v := &viewCmd{cfg: audit.Config{Addr: audit.DefaultAddr}}
 	return app.Command(&cli.Command{
 		Name:  "view",
 		Usage: "browse a run in a local web page: datasets, questions turn by turn, token advantages, iterations side by side",
@@ -51,11 +51,11 @@ func (v *viewCmd) flags() *app.Flags {
 }
 
 func (v *viewCmd) run(c *cli.Context) error {
-	if err := view.CheckAddr(v.cfg.Addr, v.cfg.AllowRemote); err != nil {
+	if err := audit.CheckAddr(v.cfg.Addr, v.cfg.AllowRemote); err != nil {
 		return app.Usage(fmt.Errorf("--addr: %w", err))
 	}
-	srv, err := view.New(v.cfg, slog.Default())
-	if errors.Is(err, view.ErrNotFound) {
+	srv, err := audit.New(v.cfg, slog.Default())
+	if errors.Is(err, audit.ErrNotFound) {
 		return app.Usage(fmt.Errorf("--run: %w", err))
 	}
 	if err != nil {
@@ -68,5 +68,5 @@ func (v *viewCmd) run(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(c.App.Writer, "viewing %s at http://%s/\n", v.cfg.Run, ln.Addr())
-	return view.Serve(ctx, ln, srv)
+	return audit.Serve(ctx, ln, srv)
 }

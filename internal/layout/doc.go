@@ -3,7 +3,7 @@
 //
 //	cmd → stages → {model, train, agent} → {jobs, format} → internal
 //
-// with view on the stages' floor, and they hold docs/architecture.md to the code: every
+// with audit on the stages' floor, and they hold docs/architecture.md to the code: every
 // step, mempo subcommand, top-level folder and internal package it must name, and only
 // those.
 package layout

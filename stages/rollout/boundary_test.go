@@ -14,7 +14,7 @@ import (
 	"github.com/mempo/mempo/stages/advantage"
 	"github.com/mempo/mempo/stages/logprob"
 	"github.com/mempo/mempo/stages/score"
-	"github.com/mempo/mempo/view"
+	"github.com/mempo/mempo/audit"
 )
 
 // TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout
@@ -150,7 +150,7 @@ func TestRolloutsFeedMemoryPass(t *testing.T) {
 
 // checkMemoryAudit carries the rollout and log-prob stages' real output on through the
 // score and advantage stages: the advantage summary splits the memory rewards by facts,
-// and `mempo inspect --top-memories` (view.TopMemories) reads each memory's facts count
+// and `mempo inspect --top-memories` (audit.TopMemories) reads each memory's facts count
 // back from the datasets the stages wrote.
 func checkMemoryAudit(t *testing.T, f *fixture, rollouts, logprobs string, rows []format.Rollout) {
 	t.Helper()
@@ -173,7 +173,7 @@ func checkMemoryAudit(t *testing.T, f *fixture, rollouts, logprobs string, rows 
 		res.Manifest.Metrics["memories"]; got != want {
 		t.Errorf("advantages manifest: %v memories split by facts, want all %v", got, want)
 	}
-	ms, err := view.TopMemories(advantages, len(rows))
+	ms, err := audit.TopMemories(advantages, len(rows))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package view
+package audit
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package format
+package audit
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/mempo/mempo/format"
 )
 
 // maxDistinct bounds the strings remembered per column for the distinct count, so
@@ -25,7 +27,7 @@ const maxDistinct = 100_000
 // per-column statistics over every row, and the first rows.
 type Summary struct {
 	Dir           string          `json:"dir"`
-	Kind          Kind            `json:"kind"`
+	Kind          format.Kind     `json:"kind"`
 	SchemaVersion int             `json:"schema_version"`
 	Stage         string          `json:"stage"`
 	CacheKey      string          `json:"cache_key"`
@@ -35,9 +37,9 @@ type Summary struct {
 	Digest        string          `json:"digest"`
 	Rows          int64           `json:"rows"`
 	Config        json.RawMessage `json:"config,omitempty"`
-	Inputs        []Input         `json:"inputs"`
-	Shards        []Output        `json:"shards"`
-	Timings       Timings         `json:"timings"`
+	Inputs        []format.Input  `json:"inputs"`
+	Shards        []format.Output `json:"shards"`
+	Timings       format.Timings  `json:"timings"`
 	// Metrics are the stage's summary figures from the manifest (e.g. the memory
 	// pass's P_mem, P_full and R^M split by what the memory holds).
 	Metrics map[string]float64 `json:"metrics,omitempty"`
@@ -145,17 +147,11 @@ func (c *Cells) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// String describes the dataset in one line: kind, shards, rows and digest.
-func (d *Dataset) String() string {
-	m := d.Manifest
-	return fmt.Sprintf("%s v%d, %d shards, %d rows, digest %s", m.Kind, m.SchemaVersion, len(m.Outputs), m.Rows(), m.Digest())
-}
-
 // Inspect reads the dataset in dir: every shard is verified against the manifest and
 // must be of the manifest's kind; statistics cover every row and head keeps the
 // first head rows.
 func Inspect(dir string, head int) (*Summary, error) {
-	d, err := OpenDataset(dir)
+	d, err := format.OpenDataset(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +162,19 @@ func Inspect(dir string, head int) (*Summary, error) {
 		Config: m.Config, Inputs: m.Inputs, Shards: m.Outputs, Timings: m.Timings, Metrics: m.Metrics,
 	}
 	if d.Len() == 0 {
-		if sc, _, ok := Schema(m.Kind); ok {
+		if sc, _, ok := format.Schema(m.Kind); ok {
 			s.setSchema(sc)
 		}
 		return s, nil
 	}
-	o, _ := newOptions(nil)
 	for i := range d.Len() {
-		if err := s.addShard(source{path: d.Path(i), want: &m.Outputs[i]}, o, head); err != nil {
+		err := d.Records(i, func(sc *arrow.Schema, rec arrow.RecordBatch) error {
+			if err := s.checkSchema(d.Path(i), sc); err != nil {
+				return err
+			}
+			return s.addRecord(rec, head)
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -191,40 +192,18 @@ func (s *Summary) setSchema(sc *arrow.Schema) {
 	}
 }
 
-func (s *Summary) addShard(src source, o options, head int) error {
-	sh, err := openSource(src, o)
-	if err != nil {
-		return err
-	}
-	defer sh.close()
-	if sh.kind != s.Kind || sh.version != s.SchemaVersion {
-		return fmt.Errorf("read %s: kind %q version %d, manifest says %q version %d: %w",
-			sh.path, sh.kind, sh.version, s.Kind, s.SchemaVersion, ErrSchemaMismatch)
-	}
+// checkSchema holds every shard to the first one's columns.
+func (s *Summary) checkSchema(path string, sc *arrow.Schema) error {
 	if s.Schema == nil {
-		s.setSchema(sh.schema)
+		s.setSchema(sc)
 	}
-	if sh.schema.NumFields() != len(s.Columns) {
-		return fmt.Errorf("read %s: %d columns, first shard has %d: %w", sh.path, sh.schema.NumFields(), len(s.Columns), ErrSchemaMismatch)
+	if sc.NumFields() != len(s.Columns) {
+		return fmt.Errorf("read %s: %d columns, first shard has %d: %w", path, sc.NumFields(), len(s.Columns), format.ErrSchemaMismatch)
 	}
-	for i, f := range sh.schema.Fields() {
+	for i, f := range sc.Fields() {
 		if f.Name != s.Columns[i].Name || typeName(f.Type) != s.Columns[i].Type {
 			return fmt.Errorf("read %s: column %d is %q %s, first shard has %q %s: %w",
-				sh.path, i, f.Name, typeName(f.Type), s.Columns[i].Name, s.Columns[i].Type, ErrSchemaMismatch)
-		}
-	}
-	for g := range sh.numRowGroups() {
-		if sh.pf.MetaData().RowGroup(g).NumRows() == 0 {
-			continue
-		}
-		rec, err := sh.rowGroup(g, nil)
-		if err != nil {
-			return err
-		}
-		err = s.addRecord(rec, head)
-		rec.Release()
-		if err != nil {
-			return fmt.Errorf("read %s: row group %d: %w", sh.path, g, err)
+				path, i, f.Name, typeName(f.Type), s.Columns[i].Name, s.Columns[i].Type, format.ErrSchemaMismatch)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package format
+package audit
 
 import (
 	"bytes"
@@ -13,16 +13,39 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/format/formattest"
 )
 
+// inspectRollouts are five rollouts rows of three questions with empty, short, negative
+// and very large token ids, for the column statistics.
+func inspectRollouts() []format.Rollout {
+	return []format.Rollout{
+		{UID: "p0", Sample: 0, Turn: 0, PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11, 12, 13},
+			SamplingLogprobs: []float32{-0.5, -1.25, -0.125, 0}, MemStart: 0, MemEnd: 2, Response: "<mem>a</mem><search>x</search>",
+			Memory: "a", Action: "search", Query: "x", Observation: "<information>Doc 1(Title: X) y</information>", ObservationIDs: []int32{30, 31, 32},
+			Finish: "stop", PolicyDigest: "abc"},
+		{UID: "p0", Sample: 0, Turn: 1, PromptIDs: []int32{1, 2}, ResponseIDs: []int32{20}, SamplingLogprobs: []float32{-3},
+			Action: "answer", Query: "Paris", Finish: "stop", PolicyDigest: "abc"},
+		{UID: "p0", Sample: 1, Turn: 0, Action: "invalid", Finish: "length", PolicyDigest: "abc"},
+		{UID: "p1", Sample: 0, Turn: 0, PromptIDs: []int32{-1, 1 << 30}, ResponseIDs: []int32{5, 6}, SamplingLogprobs: []float32{-1e-8, -40},
+			MemStart: 0, MemEnd: 2, Memory: "ünïcode", Action: "answer", Query: "a; b", Finish: "max_turns", PolicyDigest: "def"},
+		{UID: "p2", Sample: 3, Turn: 15, Finish: "max_turns"},
+	}
+}
+
 func TestInspect(t *testing.T) {
-	dir := filepath.Join(tempDir(t), "ds")
-	writeDataset(t, dir, sampleRollouts(), 2, WithRowGroupRows(2))
+	dir := filepath.Join(t.TempDir(), "ds")
+	rows := inspectRollouts()
+	if _, err := formattest.WriteDataset(dir, "test", [][]format.Rollout{rows[:3], rows[3:]}, format.WithRowGroupRows(2)); err != nil {
+		t.Fatal(err)
+	}
 	s, err := Inspect(dir, 3)
 	if err != nil {
 		t.Fatalf("Inspect(%s) error: %v", dir, err)
 	}
-	if s.Kind != KindRollouts || s.Rows != 5 || len(s.Shards) != 2 || len(s.Head) != 3 {
+	if s.Kind != format.KindRollouts || s.Rows != 5 || len(s.Shards) != 2 || len(s.Head) != 3 {
 		t.Errorf("Inspect = kind %s, %d rows, %d shards, %d head rows, want rollouts, 5, 2, 3", s.Kind, s.Rows, len(s.Shards), len(s.Head))
 	}
 	col := func(name string) ColumnStats {
@@ -35,7 +58,7 @@ func TestInspect(t *testing.T) {
 		return ColumnStats{}
 	}
 	opts := cmpopts.IgnoreUnexported(NumStats{})
-	// sampleRollouts: turns 0,1,0,0,15; prompt_ids lengths 3,2,0,2,0 with values 1,2,3,1,2,-1,2^30.
+	// inspectRollouts: turns 0,1,0,0,15; prompt_ids lengths 3,2,0,2,0 with values 1,2,3,1,2,-1,2^30.
 	tests := []struct {
 		name string
 		got  any
@@ -92,10 +115,11 @@ func TestInspect(t *testing.T) {
 }
 
 func TestInspectCountsNaN(t *testing.T) {
-	rows := sampleScores()
-	rows[1].Reward = float32(math.NaN())
-	dir := filepath.Join(tempDir(t), "ds")
-	writeDataset(t, dir, rows, 1)
+	rows := []format.Score{{UID: "p0", Reward: 1}, {UID: "p0", Sample: 1, Reward: float32(math.NaN())}, {UID: "p1"}, {UID: "p2", Reward: 0.5}}
+	dir := filepath.Join(t.TempDir(), "ds")
+	if _, err := formattest.WriteDataset(dir, "test", [][]format.Score{rows}); err != nil {
+		t.Fatal(err)
+	}
 	s, err := Inspect(dir, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -111,25 +135,21 @@ func TestInspectCountsNaN(t *testing.T) {
 }
 
 func TestInspectBadInput(t *testing.T) {
-	root := tempDir(t)
-	if _, err := Inspect(root, 1); !errors.Is(err, ErrNotDataset) {
+	root := t.TempDir()
+	if _, err := Inspect(root, 1); !errors.Is(err, format.ErrNotDataset) {
 		t.Errorf("Inspect(dir without manifest) = %v, want ErrNotDataset", err)
 	}
 	dir := filepath.Join(root, "ds")
-	d := writeDataset(t, dir, sampleAdvantages(), 2)
+	adv := []format.Advantage{{UID: "p0", Reward: 1}, {UID: "p0", Sample: 1}, {UID: "p1", Turn: 1}}
+	d, err := formattest.WriteDataset(dir, "test", [][]format.Advantage{adv[:2], adv[2:]})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, _ := os.ReadFile(d.Path(0))
 	b[10] ^= 1
 	os.WriteFile(d.Path(0), b, 0o644)
-	if _, err := Inspect(dir, 1); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), d.Path(0)) {
+	if _, err := Inspect(dir, 1); !errors.Is(err, format.ErrCorrupt) || !strings.Contains(err.Error(), d.Path(0)) {
 		t.Errorf("Inspect(corrupt shard) = %v, want ErrCorrupt naming %s", err, d.Path(0))
-	}
-}
-
-func TestDatasetString(t *testing.T) {
-	d := writeDataset(t, filepath.Join(tempDir(t), "ds"), sampleMetrics(), 2)
-	want := "metrics v1, 2 shards, 3 rows, digest " + d.Manifest.Digest()
-	if got := d.String(); got != want {
-		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
 
