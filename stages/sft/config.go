@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/train"
@@ -70,41 +69,14 @@ type Config struct {
 	// model to start from: a small weight lets it learn the corpus and copying from
 	// context on every token it reads, not only on the few it writes.
 	ContextLossWeight float64 `json:"context_loss_weight"`
-	// Chunk is the response positions whose logits exist at once; 0 means 256.
-	Chunk  int    `json:"chunk"`
-	Device string `json:"device"`
-	DType  string `json:"dtype,omitempty"`
-	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
-	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
-	Attention string `json:"attention,omitempty"`
 	// ChatTemplate says what renders the first context of an episode: "" or
 	// "checkpoint", the policy's own Jinja chat template (tokenizer_config.json; the
 	// protocol's chat glue, with a warning, when it has none), or "protocol", always the
 	// protocol's glue. Keyed: it changes the prompts.
 	ChatTemplate string `json:"chat_template,omitempty"`
-	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
-	// instead of keeping them (qwen2.Checkpointed): far less memory per batch for one
-	// more forward pass. The gradients equal the plain pass's to float32 rounding.
-	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
-	// SharePrefixes trains each batch as a tree pass (qwen2.TreeLogProbTensor): the
-	// prefixes its turns share, the system prompt and a trajectory's question, run and,
-	// with a context weight, are scored once, each score counting once per turn. The
-	// gradients equal the unshared pass's to float rounding. A checkpointed pass
-	// (GradCheckpoint) does not share.
-	SharePrefixes bool `json:"share_prefixes"`
-	// Procs trains with this many processes on the CPU, data parallel
-	// (train/dataparallel): each step's batch is dealt into Procs shares of about equal
-	// tokens, one per process. Keyed, since the gradients equal one process's only to
-	// float rounding; 0 and 1 train in one process, and key as before.
-	Procs int `json:"procs,omitempty"`
-	// WorldSize is how many ranks train together, each a process of this command that a
-	// launcher started in a process group (Group): every rank runs its share of each
-	// step's batch, dealt by tokens as Procs deals it, and the ranks sum their
-	// gradients. Keyed as Procs is; 0 and 1 train alone.
-	WorldSize int `json:"world_size,omitempty"`
-	// Group is this process's membership of the WorldSize ranks (train/collective);
-	// required when WorldSize > 1.
-	Group train.Collective `json:"-"`
+	// Runtime is the device, precision, passes and processes it trains with; its
+	// fields are the config's own in JSON.
+	train.Runtime
 }
 
 // DefaultConfig clones the demo's oracle (it forgets a fact with probability 0.2 and
@@ -116,7 +88,7 @@ func DefaultConfig() Config {
 	return Config{
 		Context: protocol.Mempo, MaxTurns: 16, OracleDrop: 0.2, OracleDistractor: 0.1,
 		RetrievalTopK: 3, HeldOut: 0.1, Epochs: 3, AdamW: a, Schedule: Constant,
-		BatchTokens: 16384, Device: "cpu", SharePrefixes: true,
+		BatchTokens: 16384, Runtime: train.DefaultRuntime,
 	}
 }
 
@@ -153,14 +125,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--batch-tokens %d: want at least 1: %w", c.BatchTokens, ErrConfig)
 	case !(c.ContextLossWeight >= 0 && c.ContextLossWeight <= train.MaxCoef):
 		return fmt.Errorf("--context-loss-weight %v: want a number in [0, %g]: %w", c.ContextLossWeight, train.MaxCoef, ErrConfig)
-	case c.Chunk < 0:
-		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
-	case c.Procs < 0:
-		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
-	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
-		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
 	}
-	return train.CheckRanks(c.WorldSize, c.Procs, c.Group, ErrConfig)
+	return c.Runtime.Check(ErrConfig)
 }
 
 // lrAt is the LR of optimizer step k (from 1) of total: linear warm-up from 0 over

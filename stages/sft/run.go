@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "step", Units: "steps",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
-		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
+		Model: cfg.Options(), AdamW: cfg.AdamW,
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
 		Memory: r.memory, BatchFlag: "--batch-tokens", Group: train.Ranks(cfg.WorldSize, cfg.Group),
 	}
@@ -298,7 +298,7 @@ func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	} else if r.cfg.Procs > 1 {
 		if r.group == nil {
 			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
-				Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType, Attention: r.cfg.Attention}, Log: r.log})
+				Options: r.cfg.Options(), Log: r.log})
 			if err != nil {
 				return Metric{}, err
 			}

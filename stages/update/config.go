@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/mempo/mempo/train"
 )
@@ -54,41 +53,9 @@ type Config struct {
 	// stage scored (verl scores the actor at the rollout temperature); the log-probs
 	// must have been computed at the same temperature.
 	Temperature float64 `json:"temperature"`
-	// Chunk is the number of response positions whose logits exist at once (qwen2
-	// ScoreConfig.Chunk); 0 means 256.
-	Chunk int `json:"chunk"`
-	// Device is cpu, cuda or cuda:N; DType float32, bfloat16 or float16 ("" keeps the
-	// checkpoint's). A bfloat16 model trains with float32 master weights in AdamW.
-	Device string `json:"device"`
-	DType  string `json:"dtype,omitempty"`
-	// Attention is how passes of several new tokens attend (qwen2.Options.Attention):
-	// "" or auto, eager or sdpa. It is keyed: the kernels differ in the last bits.
-	Attention string `json:"attention,omitempty"`
-	// GradCheckpoint recomputes each decoder layer's activations in the backward pass
-	// instead of keeping them (qwen2.Checkpointed): far less memory per pass for one
-	// more forward pass. The gradients equal the plain pass's to float32 rounding.
-	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
-	// SharePrefixes trains each micro-batch as a tree pass (qwen2.TreeLogProbTensor):
-	// context prefixes its samples share, a group's prompt and the turns a later turn
-	// repeats, run once, and the micro-batches are cut from the mini-batch in context
-	// order so that samples sharing a prefix share a pass. The gradients equal the
-	// unshared pass's to float rounding. A checkpointed pass (GradCheckpoint) does not
-	// share.
-	SharePrefixes bool `json:"share_prefixes"`
-	// Procs trains with this many processes on the CPU, data parallel
-	// (train/dataparallel): each mini-batch's micro-batches are dealt among them by
-	// tokens. Keyed, since the gradients equal one process's only to float rounding; 0
-	// and 1 train in one process, and key as before.
-	Procs int `json:"procs,omitempty"`
-	// WorldSize is how many ranks train together, each a process of this command that a
-	// launcher started (torchrun, srun, a Kubernetes Job) in a process group (Group):
-	// every rank runs its share of each mini-batch's micro-batches, dealt by tokens as
-	// Procs deals them, and the ranks sum their gradients. Keyed as Procs is; 0 and 1
-	// train alone.
-	WorldSize int `json:"world_size,omitempty"`
-	// Group is this process's membership of the WorldSize ranks (train/collective);
-	// required when WorldSize > 1.
-	Group train.Collective `json:"-"`
+	// Runtime is the device, precision, passes and processes it trains with; its
+	// fields are the config's own in JSON.
+	train.Runtime
 }
 
 // DefaultConfig is the paper's setting (DESIGN.md §7): verl's objective, AdamW at LR
@@ -101,8 +68,7 @@ func DefaultConfig() Config {
 		MiniBatches:      4,
 		MicroTokenBudget: 8192,
 		Temperature:      1,
-		Device:           "cpu",
-		SharePrefixes:    true,
+		Runtime:          train.DefaultRuntime,
 	}
 }
 
@@ -126,12 +92,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--micro-token-budget %d: want >= 0 (0: one pass per mini-batch): %w", c.MicroTokenBudget, ErrConfig)
 	case !(c.Temperature > 0) || math.IsInf(c.Temperature, 0):
 		return fmt.Errorf("--temperature %v: want > 0: %w", c.Temperature, ErrConfig)
-	case c.Chunk < 0:
-		return fmt.Errorf("chunk %d: want >= 0: %w", c.Chunk, ErrConfig)
-	case c.Procs < 0:
-		return fmt.Errorf("--procs %d: want >= 1 (0: 1): %w", c.Procs, ErrConfig)
-	case c.Procs > 1 && strings.HasPrefix(c.Device, "cuda"):
-		return fmt.Errorf("--procs %d with --device %s: several processes train on the CPU only: %w", c.Procs, c.Device, ErrConfig)
 	}
-	return train.CheckRanks(c.WorldSize, c.Procs, c.Group, ErrConfig)
+	return c.Runtime.Check(ErrConfig)
 }

@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
-		Model: qwen2.Options{Device: cfg.Device, DType: cfg.DType, Attention: cfg.Attention}, AdamW: cfg.AdamW,
+		Model: cfg.Options(), AdamW: cfg.AdamW,
 		Continue: true, Group: train.Ranks(cfg.WorldSize, cfg.Group),
 		Prepare: r.prepare, Step: r.step, Memory: r.memory, BatchFlag: "--micro-token-budget",
 		Finish: func(_ *qwen2.Model, _ map[string]float64, mets []Metric) (map[string]float64, error) {
@@ -152,7 +152,7 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
 	if r.cfg.Procs > 1 && r.group == nil {
 		g, err := dataparallel.StartPPO(r.ppo(m), dataparallel.Config{Procs: r.cfg.Procs,
-			Options: qwen2.Options{Device: r.cfg.Device, DType: r.cfg.DType, Attention: r.cfg.Attention}, Log: r.log})
+			Options: r.cfg.Options(), Log: r.log})
 		if err != nil {
 			return Metric{}, err
 		}
