@@ -10,8 +10,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/agent/protocol"
-	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/audit"
+	"github.com/mempo/mempo/cmd/internal/app"
 )
 
 // inspectCmd is what 'mempo inspect' resolves its flags into.

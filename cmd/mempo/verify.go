@@ -5,8 +5,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/audit"
+	"github.com/mempo/mempo/cmd/internal/app"
 )
 
 func verifyCommand() *cli.Command {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
+	"github.com/mempo/mempo/audit"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/gentask"
-	"github.com/mempo/mempo/audit"
 )
 
 // flipByte flips the low bit of the byte at off (from the end when negative), keeping

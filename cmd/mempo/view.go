@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/audit"
+	"github.com/mempo/mempo/cmd/internal/app"
 )
 
 // viewCmd is what 'mempo view' resolves its flags into.

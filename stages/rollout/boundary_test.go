@@ -9,12 +9,12 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/agent/protocol"
+	"github.com/mempo/mempo/audit"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/advantage"
 	"github.com/mempo/mempo/stages/logprob"
 	"github.com/mempo/mempo/stages/score"
-	"github.com/mempo/mempo/audit"
 )
 
 // TestRolloutsFeedMemoryPass crosses the rollout → logprob boundary with what the rollout
