@@ -106,10 +106,16 @@ SEED_PAIRS := $(join $(wordlist 1,$(words $(SEEDS)),first $(SEEDS)),$(addprefix 
 unexport SEED_PAIRS
 $(foreach p,$(filter-out first:%,$(SEED_PAIRS)),$(eval seed-$(lastword $(subst :, ,$(p))): | seed-$(firstword $(subst :, ,$(p)))))
 
-# The report reads the seeds' cached datasets only (a few seconds), so it always runs.
+# The report reads the seeds' cached datasets only (a few seconds), so it always runs:
+# the table with intervals, the curves over seeds (reward, KL, groups without reward
+# spread, invalid turns) and the turn-format audit of every evaluation (turns.txt, one
+# line per seed, variant and K: invalid turns by kind, trajectories that never recover).
+comma := ,
 report: $(foreach s,$(SEEDS),seed-$(s))
 	$(BIN)/mempo eval $(foreach s,$(SEEDS),--from seed$(s)=$(EXP_DIR)/seed-$(s)/eval) --task $(TASK) \
 	  --baseline $(BASELINE) --bootstrap $(BOOTSTRAP) --out $(REPORT)
 	$(BIN)/mempo curves $(foreach v,$(VARIANTS),$(foreach s,$(SEEDS),--run $(v)=$(EXP_DIR)/seed-$(s)/$(v))) --out $(REPORT)
+	$(BIN)/mempo inspect --turns $(foreach s,$(SEEDS),$(foreach v,$(VARIANTS),$(foreach k,$(subst $(comma), ,$(TEST_K)),\
+	  $(EXP_DIR)/seed-$(s)/eval/$(v)/k$(k)/rollouts))) > $(REPORT)/turns.txt
 
 run: report

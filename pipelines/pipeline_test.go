@@ -376,7 +376,14 @@ func TestExperiment(t *testing.T) {
 			t.Errorf("curves.csv has no %s of iteration 1 over 2 seeds for mempo:\n%s", metric, curves)
 		}
 	}
-	for _, f := range []string{"f1_vs_k.png", "success_vs_k.png", "reward_vs_iter.png"} {
+	turns, err := os.ReadFile(filepath.Join(report, "turns.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(regexp.MustCompile(`(?m)/seed-[12]/eval/\w+/k[24]/rollouts\s+\d+`).FindAll(turns, -1)); n != 2*4*2 {
+		t.Errorf("turns.txt has %d audit lines, want one per seed, variant and K (16):\n%s", n, turns)
+	}
+	for _, f := range []string{"f1_vs_k.png", "success_vs_k.png", "reward_vs_iter.png", "zero_spread_vs_iter.png", "invalid_vs_iter.png"} {
 		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
 			t.Errorf("plot %s: %v", f, err)
 		}
