@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/jobs"
 )
 
 // ErrNotFound marks a request for a path, group, question or turn the run does not have.
@@ -126,7 +125,7 @@ func Scan(root string) (*Overview, error) {
 		case exists(filepath.Join(path, format.ManifestName)) || hasShards(path):
 			o.Datasets = append(o.Datasets, describeDataset(rel, path))
 			return fs.SkipDir
-		case exists(filepath.Join(path, jobs.CommitFile)):
+		case exists(filepath.Join(path, format.CommitFile)):
 			o.Checkpoints = append(o.Checkpoints, describeCheckpoint(rel, path))
 			return fs.SkipDir
 		}
@@ -216,7 +215,7 @@ func describeDataset(rel, dir string) DatasetInfo {
 
 func describeCheckpoint(rel, dir string) CheckpointInfo {
 	info := CheckpointInfo{Path: rel}
-	c, err := jobs.ReadCommit(dir)
+	c, err := format.ReadCommit(dir)
 	if err != nil {
 		info.Error = err.Error()
 		return info
@@ -229,7 +228,7 @@ func describeCheckpoint(rel, dir string) CheckpointInfo {
 			info.Error = fmt.Sprintf("%s: %s missing or of another size than checkpoint.json records", rel, f.File)
 		}
 	}
-	if s, err := jobs.ReadTrainerState(dir); err == nil {
+	if s, err := format.ReadTrainerState(dir); err == nil {
 		info.Step, info.Iteration, info.Config, info.Metrics = s.Step, s.Iteration, s.Config, s.Metrics
 	}
 	return info

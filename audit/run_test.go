@@ -51,13 +51,13 @@ func makeRun(t testing.TB, dir string, sp spec) {
 		must(err)
 		ckpt := filepath.Join(dir, "sft")
 		must(os.MkdirAll(ckpt, 0o755))
-		must(tok.Save(filepath.Join(ckpt, jobs.TokenizerFile)))
-		b, err := os.ReadFile(filepath.Join(ckpt, jobs.TokenizerFile))
+		must(tok.Save(filepath.Join(ckpt, format.TokenizerFile)))
+		b, err := os.ReadFile(filepath.Join(ckpt, format.TokenizerFile))
 		must(err)
 		sum := sha256.Sum256(b)
-		commit := jobs.Commit{Format: "mempo.checkpoint", Version: 1, Stage: "sft", CacheKey: hex.EncodeToString(sum[:]),
-			Files: []jobs.FileDigest{{File: jobs.TokenizerFile, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(b))}}}
-		must(jobs.WriteJSON(filepath.Join(ckpt, jobs.CommitFile), commit))
+		commit := format.Commit{Format: "mempo.checkpoint", Version: 1, Stage: "sft", CacheKey: hex.EncodeToString(sum[:]),
+			Files: []format.FileDigest{{File: format.TokenizerFile, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(b))}}}
+		must(jobs.WriteJSON(filepath.Join(ckpt, format.CommitFile), commit))
 	}
 	must(os.MkdirAll(filepath.Join(dir, "task"), 0o755))
 	var prompts []format.Prompt

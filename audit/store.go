@@ -18,7 +18,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 )
 
@@ -357,17 +356,17 @@ func (s *store) prompts(g *Group) (map[string]*format.Prompt, error) {
 func (s *store) tokenizer(g *Group) (tok *bpe.Tokenizer, path string, err error) {
 	var cands []string
 	if dir, ok := s.input(g.Datasets[format.KindRollouts], "policy"); ok {
-		cands = append(cands, filepath.Join(dir, jobs.TokenizerFile))
+		cands = append(cands, filepath.Join(dir, format.TokenizerFile))
 	}
 	if g.Policy != "" {
 		if dir, err := s.abs(g.Policy); err == nil {
-			cands = append(cands, filepath.Join(dir, jobs.TokenizerFile))
+			cands = append(cands, filepath.Join(dir, format.TokenizerFile))
 		}
 	}
 	if o, err := s.overview(); err == nil {
 		for _, c := range o.Checkpoints {
 			if dir, err := s.abs(c.Path); err == nil {
-				cands = append(cands, filepath.Join(dir, jobs.TokenizerFile))
+				cands = append(cands, filepath.Join(dir, format.TokenizerFile))
 			}
 		}
 	}

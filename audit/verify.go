@@ -25,7 +25,7 @@ func Verify(dir string) (string, error) {
 	switch {
 	case has(format.ManifestName):
 		return verifyDataset(dir)
-	case has(jobs.CommitFile):
+	case has(format.CommitFile):
 		return verifyCheckpoint(dir)
 	case has(task.SummaryFile):
 		return verifyTask(dir)
@@ -36,7 +36,7 @@ func Verify(dir string) (string, error) {
 		return "", fmt.Errorf("verify: %w", err)
 	}
 	return "", fmt.Errorf("verify %s: no commit record (%s, %s, %s or %s): not a directory a mempo stage committed, or an interrupted one",
-		dir, format.ManifestName, jobs.CommitFile, task.SummaryFile, search.MetaFile)
+		dir, format.ManifestName, format.CommitFile, task.SummaryFile, search.MetaFile)
 }
 
 func verifyDataset(dir string) (string, error) {
@@ -56,7 +56,7 @@ func verifyDataset(dir string) (string, error) {
 // verifyCheckpoint re-hashes every file the commit record lists and refuses files it
 // does not list (the run record jobs.MetricsName and dot files aside, as at commit).
 func verifyCheckpoint(dir string) (string, error) {
-	c, err := jobs.ReadCommit(dir)
+	c, err := format.ReadCommit(dir)
 	if err != nil {
 		return "", err
 	}
@@ -71,9 +71,9 @@ func verifyCheckpoint(dir string) (string, error) {
 		}
 		rel, _ := filepath.Rel(dir, path)
 		rel = filepath.ToSlash(rel)
-		if _, ok := c.File(rel); !ok && rel != jobs.CommitFile && rel != jobs.MetricsName && d.Name()[0] != '.' {
+		if _, ok := c.File(rel); !ok && rel != format.CommitFile && rel != jobs.MetricsName && d.Name()[0] != '.' {
 			errs = append(errs, fmt.Errorf("%s: not listed in %s (added after the %s stage committed the checkpoint): %w",
-				path, jobs.CommitFile, c.Stage, jobs.ErrNotCheckpoint))
+				path, format.CommitFile, c.Stage, format.ErrNotCheckpoint))
 		}
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
@@ -34,7 +35,7 @@ type Artifact struct {
 // reported in one log line; a hit takes the lock for that only when there is something
 // to remove. Of spec's runtime fields it uses Out, Force, Log, Host, Now, Trace and
 // Board, which gets a hit's metrics here and a published checkpoint's in Publish.
-func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
+func Begin(spec Spec, key Key) (*Artifact, *format.Commit, error) {
 	spec = spec.WithDefaults()
 	out, log := spec.Out, spec.Log
 	if out == "" {
@@ -70,16 +71,16 @@ func Begin(spec Spec, key Key) (*Artifact, *Commit, error) {
 
 // cachedCheckpoint returns out's commit record if it is the complete checkpoint of key;
 // anything else is a miss, logged with its reason.
-func cachedCheckpoint(out string, key Key, log *slog.Logger) *Commit {
-	if _, err := os.Lstat(filepath.Join(out, CommitFile)); errors.Is(err, os.ErrNotExist) {
+func cachedCheckpoint(out string, key Key, log *slog.Logger) *format.Commit {
+	if _, err := os.Lstat(filepath.Join(out, format.CommitFile)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	c, err := ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err == nil && c.CacheKey != key.String() {
 		err = fmt.Errorf("cache key %.12s, want %s", c.CacheKey, key.Short())
 	}
 	if err == nil {
-		err = c.check(out)
+		err = checkSizes(c, out)
 	}
 	if err != nil {
 		log.Info("cache miss", "dir", out, "reason", err)
@@ -106,17 +107,17 @@ func (a *Artifact) Release() {
 // removes. Spec.Trace sees StepManifest once checkpoint.json is durable in Tmp, then
 // StepAside and StepRenamed; StepPublished, after Publish returns, is the caller's to
 // report (train.Loop does), as the lock is held until Release.
-func (a *Artifact) Publish(c Commit) (*Commit, error) {
+func (a *Artifact) Publish(c format.Commit) (*format.Commit, error) {
 	if err := os.RemoveAll(filepath.Join(a.Tmp, resumeDir)); err != nil {
 		return nil, fmt.Errorf("commit %s: %w", a.Out, err)
 	}
-	c.Format, c.Version, c.CacheKey, c.CodeVersion = commitFormat, commitVersion, a.Key.String(), CodeVersion()
+	c.Format, c.Version, c.CacheKey, c.CodeVersion = format.CommitFormat, format.CommitVersion, a.Key.String(), CodeVersion()
 	files, err := digestTree(a.Tmp)
 	if err != nil {
 		return nil, fmt.Errorf("commit %s: %w", a.Out, err)
 	}
 	c.Files = files
-	if err := WriteJSON(filepath.Join(a.Tmp, CommitFile), c); err != nil {
+	if err := WriteJSON(filepath.Join(a.Tmp, format.CommitFile), c); err != nil {
 		return nil, fmt.Errorf("commit %s: %w", a.Out, err)
 	}
 	a.step(StepManifest)
@@ -138,14 +139,14 @@ func (a *Artifact) step(s Step) {
 // itself, dot files (temp files of a writer) and MetricsName (or its legacy name) are
 // left out: it holds timings, which differ between identical runs, so it is a record
 // of the run, not content.
-func digestTree(dir string) ([]FileDigest, error) {
-	var files []FileDigest
+func digestTree(dir string) ([]format.FileDigest, error) {
+	var files []format.FileDigest
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
-		if rel == CommitFile || isMetrics(rel) || strings.HasPrefix(d.Name(), ".") {
+		if rel == format.CommitFile || isMetrics(rel) || strings.HasPrefix(d.Name(), ".") {
 			return nil
 		}
 		if err := renameio.Sync(path); err != nil {
@@ -155,7 +156,7 @@ func digestTree(dir string) ([]FileDigest, error) {
 		if err != nil {
 			return err
 		}
-		files = append(files, FileDigest{File: filepath.ToSlash(rel), SHA256: sum, Bytes: n})
+		files = append(files, format.FileDigest{File: filepath.ToSlash(rel), SHA256: sum, Bytes: n})
 		return nil
 	})
 	sort.Slice(files, func(i, j int) bool { return files[i].File < files[j].File })

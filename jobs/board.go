@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/tensorboard"
 )
 
@@ -100,7 +101,7 @@ func (s Spec) logCheckpointBoard(log *slog.Logger, stage string, key Key, hit bo
 	if s.Board.Dir == "" {
 		return
 	}
-	st, err := ReadTrainerState(dir)
+	st, err := format.ReadTrainerState(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}

@@ -146,11 +146,11 @@ not json
 	if err := os.WriteFile(filepath.Join(a.Tmp, MetricsName), []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st := TrainerState{Stage: "update", Step: 12, Iteration: 2, Metrics: map[string]float64{"kl": 0.02, "pg_clipfrac": 0.125}}
-	if err := WriteJSON(filepath.Join(a.Tmp, TrainerStateFile), st); err != nil {
+	st := format.TrainerState{Stage: "update", Step: 12, Iteration: 2, Metrics: map[string]float64{"kl": 0.02, "pg_clipfrac": 0.125}}
+	if err := WriteJSON(filepath.Join(a.Tmp, format.TrainerStateFile), st); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Publish(Commit{Stage: "update", Seed: 1}); err != nil {
+	if _, err := a.Publish(format.Commit{Stage: "update", Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	a.Release()
@@ -187,7 +187,7 @@ not json
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Publish(Commit{Stage: "init-model"}); err != nil {
+	if _, err := b.Publish(format.Commit{Stage: "init-model"}); err != nil {
 		t.Fatal(err)
 	}
 	b.Release()

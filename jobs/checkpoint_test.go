@@ -18,7 +18,7 @@ import (
 )
 
 // publish commits files (name → body) as the checkpoint of key at out.
-func publish(t *testing.T, out string, key Key, files map[string]string) *Commit {
+func publish(t *testing.T, out string, key Key, files map[string]string) *format.Commit {
 	t.Helper()
 	a, hit, err := Begin(Spec{Out: out}, key)
 	if err != nil || hit != nil {
@@ -34,11 +34,11 @@ func publish(t *testing.T, out string, key Key, files map[string]string) *Commit
 			t.Fatal(err)
 		}
 	}
-	published, err := a.Publish(Commit{Stage: "test", Seed: 1})
+	published, err := a.Publish(format.Commit{Stage: "test", Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,17 +68,17 @@ func TestArtifact(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a.Tmp, MetricsName), []byte("{\"seconds\": 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadCommit(a.Tmp); !errors.Is(err, ErrNotCheckpoint) {
+	if _, err := format.ReadCommit(a.Tmp); !errors.Is(err, format.ErrNotCheckpoint) {
 		t.Errorf("ReadCommit of an unfinished dir = %v, want ErrNotCheckpoint", err)
 	}
-	if _, err := a.Publish(Commit{Stage: "test", Seed: 1}); err != nil {
+	if _, err := a.Publish(format.Commit{Stage: "test", Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	a.Release()
 	if _, err := os.Stat(out + ".lock"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lock left after Release: %v", err)
 	}
-	c, err := ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err != nil || c.CacheKey != key.String() || c.CodeVersion != CodeVersion() || len(c.Files) != 1 || c.Files[0].File != "config.json" {
 		t.Fatalf("ReadCommit = %+v, %v; want the key, the code version and config.json only", c, err)
 	}
@@ -135,31 +135,6 @@ func TestBeginTakesOverStaleLock(t *testing.T) {
 	}
 }
 
-// TestCommitDigest: a record's digest ignores where its inputs were read from and
-// follows everything else.
-func TestCommitDigest(t *testing.T) {
-	c := &Commit{Format: commitFormat, Version: commitVersion, Stage: "update", CacheKey: strings.Repeat("a", 64),
-		Inputs: []format.Input{{Name: "rollouts", Path: "/runs/a/rollouts", Digest: "dataset:1"}},
-		Files:  []FileDigest{{File: "model.safetensors", SHA256: strings.Repeat("b", 64), Bytes: 7}}}
-	moved := *c
-	moved.Inputs = []format.Input{{Name: "rollouts", Path: "../a/rollouts", Digest: "dataset:1"}}
-	if c.Digest() != moved.Digest() {
-		t.Errorf("digest changed with the input path alone")
-	}
-	if c.Inputs[0].Path != "/runs/a/rollouts" {
-		t.Errorf("Digest changed the record's input path to %q", c.Inputs[0].Path)
-	}
-	other := *c
-	other.Inputs = []format.Input{{Name: "rollouts", Path: "/runs/a/rollouts", Digest: "dataset:2"}}
-	weights := *c
-	weights.Files = []FileDigest{{File: "model.safetensors", SHA256: strings.Repeat("c", 64), Bytes: 7}}
-	for name, d := range map[string]*Commit{"input digest": &other, "file digest": &weights} {
-		if d.Digest() == c.Digest() {
-			t.Errorf("digest did not change with the %s", name)
-		}
-	}
-}
-
 // TestCheckpointInput checks that a committed checkpoint is keyed by its commit
 // record's digest (whatever its path), that a foreign HF directory is keyed by its bytes,
 // and that anything else is refused with ErrNotCheckpoint naming the directory.
@@ -167,7 +142,7 @@ func TestCheckpointInput(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "policy")
 	publish(t, out, Key{5}, map[string]string{"config.json": "{}\n", "model.safetensors": "weights"})
-	c, err := ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +178,7 @@ func TestCheckpointInput(t *testing.T) {
 	os.WriteFile(filepath.Join(plain, "part-00000.parquet"), []byte("rows"), 0o644)
 	damaged := filepath.Join(dir, "damaged")
 	publish(t, damaged, Key{6}, map[string]string{"config.json": "{}\n"})
-	os.WriteFile(filepath.Join(damaged, CommitFile), []byte(`{"format": "mempo.checkpoint"`), 0o644)
+	os.WriteFile(filepath.Join(damaged, format.CommitFile), []byte(`{"format": "mempo.checkpoint"`), 0o644)
 	resized := filepath.Join(dir, "resized")
 	publish(t, resized, Key{7}, map[string]string{"config.json": "{}\n"})
 	os.WriteFile(filepath.Join(resized, "config.json"), []byte("{\"x\": 1}\n"), 0o644)
@@ -214,7 +189,7 @@ func TestCheckpointInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := CheckpointInput("policy", tt.dir)
-			if !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), tt.dir) {
+			if !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(err.Error(), tt.dir) {
 				t.Errorf("CheckpointInput(%s) = %v, want ErrNotCheckpoint naming the directory", tt.dir, err)
 			}
 		})
@@ -269,7 +244,7 @@ func TestSnapshot(t *testing.T) {
 		t.Error("LoadSnapshot of a damaged cursor = ok, want a fresh start")
 	}
 	os.WriteFile(filepath.Join(a.Tmp, "config.json"), []byte("{}\n"), 0o644)
-	if _, err := a.Publish(Commit{Stage: "test"}); err != nil {
+	if _, err := a.Publish(format.Commit{Stage: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(out, resumeDir)); !errors.Is(err, os.ErrNotExist) {
@@ -277,71 +252,43 @@ func TestSnapshot(t *testing.T) {
 	}
 }
 
-// TestVerifyCheckpoint damages a committed checkpoint's files keeping their sizes (what
-// the cache-hit check passes) and wants Verify to name the file and both digests; a
-// directory without a record has nothing to verify against. A file in a subdirectory
-// (a trainer's optimizer state) is recorded and named by its slash-separated path.
-func TestVerifyCheckpoint(t *testing.T) {
-	files := map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 1000), TokenizerFile: `{"v": 1}` + "\n",
-		"trainer/optimizer.safetensors": strings.Repeat("o", 100)}
-	tests := []struct {
-		name  string
-		file  string
-		names []string
-	}{
-		{"weights", "model.safetensors", nil},
-		{"tokenizer", TokenizerFile, []string{"config.json", TokenizerFile}},
-		{"config", "config.json", []string{"config.json"}},
-		{"subdirectory", "trainer/optimizer.safetensors", []string{"trainer/optimizer.safetensors"}},
-		{"subdirectory, all files", "trainer/optimizer.safetensors", nil},
+// TestPublishedRecordVerifies: the record Publish writes is one format verifies, with
+// a file in a subdirectory (a trainer's optimizer state) named by its slash-separated
+// path; a file damaged keeping its size passes the size-only check of a cache hit and
+// CheckpointInput (the case format.VerifyCheckpoint exists for) and fails Verify.
+func TestPublishedRecordVerifies(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ckpt")
+	c := publish(t, out, Key{4}, map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 1000),
+		format.TokenizerFile: `{"v": 1}` + "\n", "trainer/optimizer.safetensors": strings.Repeat("o", 100)})
+	if c.Format != format.CommitFormat || c.Version != format.CommitVersion || c.Tokenizer() == "" {
+		t.Errorf("record %+v, want format %s version %d and the tokenizer's sha256", c, format.CommitFormat, format.CommitVersion)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "ckpt")
-			c := publish(t, out, Key{4}, files)
-			if err := VerifyCheckpoint(out, tt.names...); err != nil {
-				t.Fatalf("VerifyCheckpoint(%s) = %v before damage, want nil", out, err)
-			}
-			if c.Tokenizer() == "" {
-				t.Errorf("Tokenizer() = \"\", want the recorded sha256 of %s", TokenizerFile)
-			}
-			if _, ok := c.File(tt.file); !ok {
-				t.Fatalf("record lists %+v, want %s among them", c.Files, tt.file)
-			}
-			path := filepath.Join(out, filepath.FromSlash(tt.file))
-			b, _ := os.ReadFile(path)
-			b[len(b)/2] ^= 1
-			if err := os.WriteFile(path, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := CheckpointInput("policy", out); err != nil {
-				t.Fatalf("CheckpointInput = %v, want the size-only check to pass (the case Verify exists for)", err)
-			}
-			want, _ := c.File(tt.file)
-			sum := sha256.Sum256(b)
-			err := VerifyCheckpoint(out, tt.names...)
-			if !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), path) ||
-				!strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
-				t.Errorf("VerifyCheckpoint = %v, want ErrNotCheckpoint naming %s and both digests", err, path)
-			}
-			if err := os.Remove(filepath.Join(out, CommitFile)); err != nil {
-				t.Fatal(err)
-			}
-			if err := VerifyCheckpoint(out, tt.names...); err != nil {
-				t.Errorf("VerifyCheckpoint without a record = %v, want nil", err)
-			}
-		})
+	if err := format.VerifyCheckpoint(out); err != nil {
+		t.Fatalf("VerifyCheckpoint(%s) = %v before damage, want nil", out, err)
 	}
-	t.Run("unrecorded tokenizer", func(t *testing.T) {
-		out := filepath.Join(t.TempDir(), "ckpt")
-		publish(t, out, Key{5}, map[string]string{"config.json": "{}\n"})
-		if err := os.WriteFile(filepath.Join(out, TokenizerFile), []byte("{}"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := VerifyCheckpoint(out, "config.json", TokenizerFile); !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "not listed") {
-			t.Errorf("VerifyCheckpoint with a tokenizer added after the commit = %v, want ErrNotCheckpoint, not listed", err)
-		}
-	})
+	const name = "trainer/optimizer.safetensors"
+	want, ok := c.File(name)
+	if !ok {
+		t.Fatalf("record lists %+v, want %s among them", c.Files, name)
+	}
+	path := filepath.Join(out, filepath.FromSlash(name))
+	b, _ := os.ReadFile(path)
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckpointInput("policy", out); err != nil {
+		t.Fatalf("CheckpointInput = %v, want the size-only check to pass", err)
+	}
+	if hit := cachedCheckpoint(out, Key{4}, slog.New(slog.DiscardHandler)); hit == nil {
+		t.Errorf("cachedCheckpoint after a same-size change = miss, want the size-only check to pass")
+	}
+	sum := sha256.Sum256(b)
+	err := format.VerifyCheckpoint(out, name)
+	if !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) ||
+		!strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), hex.EncodeToString(sum[:])) {
+		t.Errorf("VerifyCheckpoint = %v, want ErrNotCheckpoint naming %s and both digests", err, path)
+	}
 }
 
 // TestBeginRemovesLeftovers: Begin, on a cache hit and on a miss alike, removes what

@@ -35,7 +35,7 @@ func DatasetInput(name, dir string) (format.Input, error) {
 }
 
 // CheckpointInput names a checkpoint input (a policy, the reference, an init model) by
-// its commit record: the digest is "checkpoint:" and Commit.Digest, the sha256 of
+// its commit record: the digest is "checkpoint:" and format.Commit.Digest, the sha256 of
 // checkpoint.json's content without input paths; the record already lists every file's
 // sha256, so a stage keys a checkpoint of gigabytes by reading one small file. The record must parse, and the files it lists must be
 // there with their recorded sizes (a stat each, as a cache hit checks).
@@ -44,14 +44,14 @@ func DatasetInput(name, dir string) (format.Input, error) {
 // config.json but no commit record — has nothing to key it by but its bytes: it is
 // named "dir:" and the sha256 over its files (dirDigest), as every checkpoint was
 // before commit records. Any other directory without a valid record is an error
-// naming it and wrapping ErrNotCheckpoint.
+// naming it and wrapping format.ErrNotCheckpoint.
 func CheckpointInput(name, dir string) (format.Input, error) {
 	in := format.Input{Name: name, Path: filepath.Clean(dir)}
 	if _, err := os.Stat(dir); err != nil {
 		return format.Input{}, fmt.Errorf("input %s: %w", name, err)
 	}
-	c, err := ReadCommit(dir)
-	if errors.Is(err, ErrNotCheckpoint) && foreign(dir) {
+	c, err := format.ReadCommit(dir)
+	if errors.Is(err, format.ErrNotCheckpoint) && foreign(dir) {
 		sum, err := dirDigest(dir)
 		if err != nil {
 			return format.Input{}, fmt.Errorf("input %s: %w", name, err)
@@ -60,8 +60,8 @@ func CheckpointInput(name, dir string) (format.Input, error) {
 		return in, nil
 	}
 	if err == nil {
-		if err = c.check(dir); err != nil {
-			err = fmt.Errorf("%s: %w: %w", dir, err, ErrNotCheckpoint)
+		if err = checkSizes(c, dir); err != nil {
+			err = fmt.Errorf("%s: %w: %w", dir, err, format.ErrNotCheckpoint)
 		}
 	}
 	if err != nil {
@@ -79,7 +79,7 @@ const hfConfigFile = "config.json"
 // has config.json and no commit record at all (a damaged record is not foreign, it is
 // an error).
 func foreign(dir string) bool {
-	_, errRecord := os.Lstat(filepath.Join(dir, CommitFile))
+	_, errRecord := os.Lstat(filepath.Join(dir, format.CommitFile))
 	_, errConfig := os.Stat(filepath.Join(dir, hfConfigFile))
 	return errors.Is(errRecord, os.ErrNotExist) && errConfig == nil
 }

@@ -5,10 +5,10 @@
 // the commit record. The next run of an output, a cache hit included, removes what
 // writers that are no longer alive left beside it: their lock, temp dirs of other
 // keys, a previous output moved aside (leftover.go). Checkpoints are committed the same
-// way (Begin, Artifact.Publish, snapshots for resume), with checkpoint.json as their
-// commit record, under the same lock and keyed by the same KeySpec. Given a Board, each
-// output's metrics, published or found cached, also go to a TensorBoard log directory
-// (board.go). It deals in files, digests and records; stages write their shard and
+// way (Begin, Artifact.Publish, snapshots for resume), with checkpoint.json
+// (format.Commit) as their commit record, under the same lock and keyed by the same
+// KeySpec. Given a Board, each output's metrics, published or found cached, also go to
+// a TensorBoard log directory (board.go). It deals in files, digests and records; stages write their shard and
 // weight files with whatever writer they use.
 package jobs
 

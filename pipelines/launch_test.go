@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
 )
 
@@ -138,7 +138,7 @@ func TestTorchrunUpdate(t *testing.T) {
 		t.Fatalf("update-torchrun.sh: %v\n%s", err, out)
 	}
 	ranks := filepath.Join(run, "mempo", "iter-1", "policy-ranks")
-	st, err := jobs.ReadTrainerState(ranks)
+	st, err := format.ReadTrainerState(ranks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func pretrained(t *testing.T, py, dir string) {
 	if err := m.Save(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.CopyFile(filepath.Join(dir, jobs.TokenizerFile), tokJSON); err != nil {
+	if err := jobs.CopyFile(filepath.Join(dir, format.TokenizerFile), tokJSON); err != nil {
 		t.Fatal(err)
 	}
 	var conf map[string]any
@@ -189,7 +189,7 @@ func TestOwnData(t *testing.T) {
 			t.Errorf("results.md has no row %q:\n%s", row, table)
 		}
 	}
-	tok, err := bpe.Load(filepath.Join(model, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(model, format.TokenizerFile))
 	if err != nil {
 		t.Fatal(err)
 	}

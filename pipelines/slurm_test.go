@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train/collective"
 )
@@ -231,7 +230,7 @@ func TestSlurmIteration(t *testing.T) {
 	if err := json.Unmarshal(ckpt, &rec); err != nil || !slices.Contains(rec.Inputs, merged) {
 		t.Errorf("update checkpoint inputs %v (%v), want the merged rollouts %v", rec.Inputs, err, merged)
 	}
-	st, err := jobs.ReadTrainerState(filepath.Join(iter, "policy"))
+	st, err := format.ReadTrainerState(filepath.Join(iter, "policy"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ type Result struct {
 	Resumed int  // steps taken from an interrupted run's snapshot
 	// State is the checkpoint's trainer state; nil on a rank other than 0, which
 	// wrote nothing.
-	State *jobs.TrainerState
+	State *format.TrainerState
 }
 
 // Option sets a runtime knob of a training run that does not change its output.
@@ -225,7 +225,7 @@ func status(ok, hit bool) int64 {
 // artifact.
 func (l Loop[M]) begin(spec jobs.Spec, key jobs.Key) (art *jobs.Artifact, hit bool, err error) {
 	if l.lead() {
-		var h *jobs.Commit
+		var h *format.Commit
 		art, h, err = jobs.Begin(spec, key)
 		hit = h != nil
 	}
@@ -276,7 +276,7 @@ func (l Loop[M]) checkMemory(spec jobs.Spec, avail int64) error {
 
 // hit reports a cache hit on stdout and returns the checkpoint's trainer state.
 func (l Loop[M]) hit(spec jobs.Spec, key jobs.Key) (*Result, error) {
-	st, err := jobs.ReadTrainerState(spec.Out)
+	st, err := format.ReadTrainerState(spec.Out)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cache hit %s: %w", l.Stage, spec.Out, err)
 	}
@@ -297,7 +297,7 @@ type run[M Metric] struct {
 	cur     cursor[M]
 	snap    jobs.Snapshot
 	resumed bool
-	prev    *jobs.TrainerState // From's, when the run continues its lineage
+	prev    *format.TrainerState // From's, when the run continues its lineage
 }
 
 // diskFull adds jobs.DiskFull's hint to an error of the process that writes the
@@ -349,7 +349,7 @@ func (r *run[M]) load() (err error) {
 		}
 	}
 	if r.Continue {
-		if r.prev, err = jobs.ReadTrainerState(r.From); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if r.prev, err = format.ReadTrainerState(r.From); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("policy: %w", err)
 		}
 	}
@@ -434,7 +434,7 @@ func (r *run[M]) loadOptimizer() error {
 		return nil
 	}
 	// The state is an input like the weights, which qwen2.Load verified.
-	if err := jobs.VerifyCheckpoint(r.From, name); err != nil {
+	if err := format.VerifyCheckpoint(r.From, name); err != nil {
 		return err
 	}
 	return LoadOptimizer(filepath.Join(r.From, name), r.adam)
@@ -488,15 +488,15 @@ func (r *run[M]) trace(step jobs.Step, n int) {
 }
 
 // commit writes the checkpoint's files into the artifact and publishes it.
-func (r *run[M]) commit(conf []byte) (*jobs.TrainerState, error) {
+func (r *run[M]) commit(conf []byte) (*format.TrainerState, error) {
 	metrics, err := r.Finish(r.m, r.cur.Start, r.cur.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	n := len(r.plan.Epoch)
-	st := &jobs.TrainerState{
+	st := &format.TrainerState{
 		Stage: r.Stage, Step: r.adam.Steps(), Seed: r.spec.Seed, RNG: hex.EncodeToString(r.plan.RNG),
-		Cursor: jobs.Cursor{Epoch: r.plan.Epochs, Done: n, Total: n}, Config: conf, Metrics: metrics,
+		Cursor: format.Cursor{Epoch: r.plan.Epochs, Done: n, Total: n}, Config: conf, Metrics: metrics,
 	}
 	if r.Continue {
 		st.Iteration = 1
@@ -507,7 +507,7 @@ func (r *run[M]) commit(conf []byte) (*jobs.TrainerState, error) {
 	if err := r.write(r.art.Tmp, st); err != nil {
 		return nil, err
 	}
-	if _, err := r.art.Publish(jobs.Commit{Stage: r.Stage, Seed: r.spec.Seed, Inputs: r.Inputs}); err != nil {
+	if _, err := r.art.Publish(format.Commit{Stage: r.Stage, Seed: r.spec.Seed, Inputs: r.Inputs}); err != nil {
 		return nil, err
 	}
 	r.trace(jobs.StepPublished, -1)
@@ -519,7 +519,7 @@ func (r *run[M]) commit(conf []byte) (*jobs.TrainerState, error) {
 // optimizer state (in TrainerDir), _metrics.jsonl, the stage's own files and
 // trainer_state.json; the commit record follows in Publish. The tokenizer goes first:
 // Save takes config.json's pad_token_id from it when From's config.json names none.
-func (r *run[M]) write(dir string, st *jobs.TrainerState) error {
+func (r *run[M]) write(dir string, st *format.TrainerState) error {
 	if err := copyTokenizer(dir, r.From, r.m.Config); err != nil {
 		return err
 	}
@@ -544,5 +544,5 @@ func (r *run[M]) write(dir string, st *jobs.TrainerState) error {
 			return err
 		}
 	}
-	return jobs.WriteJSON(filepath.Join(dir, jobs.TrainerStateFile), st)
+	return jobs.WriteJSON(filepath.Join(dir, format.TrainerStateFile), st)
 }

@@ -114,7 +114,7 @@ func lineageStart(t *testing.T, bare bool, tokenizerConfig string) (dir string, 
 		t.Fatal(err)
 	}
 	if bare {
-		err = tok.Save(filepath.Join(dir, jobs.TokenizerFile))
+		err = tok.Save(filepath.Join(dir, format.TokenizerFile))
 	} else {
 		err = tok.SaveHF(dir, bpe.DefaultHFConfig(c.MaxPositions))
 	}
@@ -144,7 +144,7 @@ func legacyLayout(t *testing.T, src, dst string) {
 	if err := os.Remove(filepath.Join(dst, TrainerDir)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := jobs.ReadCommit(dst)
+	c, err := format.ReadCommit(dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +153,8 @@ func legacyLayout(t *testing.T, src, dst string) {
 			c.Files[i].File = LegacyOptimizerFile
 		}
 	}
-	slices.SortFunc(c.Files, func(a, b jobs.FileDigest) int { return strings.Compare(a.File, b.File) })
-	if err := jobs.WriteJSON(filepath.Join(dst, jobs.CommitFile), c); err != nil {
+	slices.SortFunc(c.Files, func(a, b format.FileDigest) int { return strings.Compare(a.File, b.File) })
+	if err := jobs.WriteJSON(filepath.Join(dst, format.CommitFile), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -180,12 +180,12 @@ func TestLoopCheckpointLayout(t *testing.T) {
 	if want := []string{filepath.Join(iter1, "model.safetensors")}; !slices.Equal(top, want) {
 		t.Errorf("top-level .safetensors = %q, want the weights only %q", top, want)
 	}
-	c, err := jobs.ReadCommit(iter1)
+	c, err := format.ReadCommit(iter1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.File(OptimizerFile); !ok {
-		t.Errorf("%s lists %+v, want %s among them", jobs.CommitFile, c.Files, OptimizerFile)
+		t.Errorf("%s lists %+v, want %s among them", format.CommitFile, c.Files, OptimizerFile)
 	}
 	checkPad(t, iter1, pad)
 
@@ -195,7 +195,7 @@ func TestLoopCheckpointLayout(t *testing.T) {
 	}
 	legacy := filepath.Join(dir, "iter-1-legacy")
 	legacyLayout(t, iter1, legacy)
-	if err := jobs.VerifyCheckpoint(legacy); err != nil {
+	if err := format.VerifyCheckpoint(legacy); err != nil {
 		t.Fatalf("VerifyCheckpoint of the older layout = %v, want nil", err)
 	}
 	fromLegacy, err := lineageLoop(legacy, filepath.Join(dir, "iter-2-legacy")).Run(context.Background())
@@ -206,7 +206,7 @@ func TestLoopCheckpointLayout(t *testing.T) {
 		t.Errorf("second runs at steps %d (new layout) and %d (older layout), want 2: the optimizer state continued", next.State.Step, fromLegacy.State.Step)
 	}
 	weights := func(dir string) string {
-		c, err := jobs.ReadCommit(dir)
+		c, err := format.ReadCommit(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

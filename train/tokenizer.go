@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/chat"
@@ -22,11 +23,11 @@ import (
 // <|endoftext|> when the tokenizer has it, and from's chat template, else the ChatML
 // template the agent protocol renders prompts with.
 func copyTokenizer(dir, from string, mc qwen2.Config) error {
-	src := filepath.Join(from, jobs.TokenizerFile)
+	src := filepath.Join(from, format.TokenizerFile)
 	if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err := jobs.CopyFile(filepath.Join(dir, jobs.TokenizerFile), src); err != nil {
+	if err := jobs.CopyFile(filepath.Join(dir, format.TokenizerFile), src); err != nil {
 		return err
 	}
 	var missing []string

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
 )
@@ -23,7 +23,7 @@ func TestCopyTokenizerKeepsUsersFiles(t *testing.T) {
 	}
 	eos := 2
 	from, dir := t.TempDir(), t.TempDir()
-	if err := tok.Save(filepath.Join(from, jobs.TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(from, format.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
 	users := []byte(`{"chat_template": "{{ messages[0].content }}!", "eos_token": "<|im_end|>", "model_max_length": 32768}`)
@@ -52,7 +52,7 @@ func TestCopyTokenizer(t *testing.T) {
 		name string
 		save func(dir string) error
 	}{
-		{"tokenizer.json only", func(dir string) error { return tok.Save(filepath.Join(dir, jobs.TokenizerFile)) }},
+		{"tokenizer.json only", func(dir string) error { return tok.Save(filepath.Join(dir, format.TokenizerFile)) }},
 		{"whole set", func(dir string) error { return tok.SaveHF(dir, bpe.DefaultHFConfig(128)) }},
 	}
 	for _, tt := range tests {
@@ -69,7 +69,7 @@ func TestCopyTokenizer(t *testing.T) {
 			if err := tok.SaveHF(want, bpe.DefaultHFConfig(128)); err != nil {
 				t.Fatal(err)
 			}
-			for _, name := range append([]string{jobs.TokenizerFile}, bpe.CompanionFiles...) {
+			for _, name := range append([]string{format.TokenizerFile}, bpe.CompanionFiles...) {
 				got, err := os.ReadFile(filepath.Join(dir, name))
 				if err != nil {
 					t.Fatalf("copyTokenizer wrote no %s: %v", name, err)
@@ -100,7 +100,7 @@ func TestCopyTokenizer(t *testing.T) {
 	})
 	t.Run("eos not special", func(t *testing.T) {
 		from := t.TempDir()
-		if err := tok.Save(filepath.Join(from, jobs.TokenizerFile)); err != nil {
+		if err := tok.Save(filepath.Join(from, format.TokenizerFile)); err != nil {
 			t.Fatal(err)
 		}
 		bad := 200 // a merged token

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/qwen2"
@@ -132,7 +132,7 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 		return app.Usage(err)
 	}
 	torch.BoundHeap()
-	tok, err := bpe.Load(filepath.Join(s.policy, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(s.policy, format.TokenizerFile))
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}

@@ -65,12 +65,12 @@ func TestVerifyDirs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := a.Publish(jobs.Commit{Stage: stage}); err != nil {
+		if _, err := a.Publish(format.Commit{Stage: stage}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ckpt, trained, legacy := filepath.Join(dir, "ckpt"), filepath.Join(dir, "trained"), filepath.Join(dir, "legacy")
-	commit(ckpt, "init-model", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), jobs.TokenizerFile: "{}\n"})
+	commit(ckpt, "init-model", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), format.TokenizerFile: "{}\n"})
 	commit(trained, "update", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), "trainer/optimizer.safetensors": strings.Repeat("o", 512)})
 	commit(legacy, "update", map[string]string{"config.json": "{}\n", "model.safetensors": strings.Repeat("w", 4096), "optimizer.safetensors": strings.Repeat("o", 512)})
 	train := filepath.Join(taskDir, task.TrainDir)
@@ -88,7 +88,7 @@ func TestVerifyDirs(t *testing.T) {
 	}
 
 	t.Run("checkpoint weights", func(t *testing.T) {
-		rec, err := jobs.ReadCommit(ckpt)
+		rec, err := format.ReadCommit(ckpt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestVerifyDirs(t *testing.T) {
 		defer flipByte(t, path, 100)
 		sum, _, _ := format.Checksum(path)
 		_, err = audit.Verify(ckpt)
-		if !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), sum) {
+		if !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(err.Error(), want.SHA256) || !strings.Contains(err.Error(), sum) {
 			t.Errorf("audit.Verify(%s) = %v, want ErrNotCheckpoint with sha256 %s and %s", ckpt, err, want.SHA256, sum)
 		}
 	})
@@ -106,7 +106,7 @@ func TestVerifyDirs(t *testing.T) {
 		path := filepath.Join(trained, "trainer", "optimizer.safetensors")
 		flipByte(t, path, 10)
 		defer flipByte(t, path, 10)
-		if _, err := audit.Verify(trained); !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
+		if _, err := audit.Verify(trained); !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
 			t.Errorf("audit.Verify(%s) = %v, want ErrNotCheckpoint naming %s", trained, err, path)
 		}
 	})

@@ -88,6 +88,8 @@ func violation(from, to string) string {
 		return "" // training updates the model's weights
 	case ff == "jobs" && ft == "format":
 		return "" // the runtime commits datasets in the format
+	case ff == "model" && ft == "jobs":
+		return "the model reads and verifies checkpoints through format; how they are committed (jobs) is the stages' and train's"
 	case lt >= lf:
 		return fmt.Sprintf("%s (floor %d) may only import lower floors, not %s (floor %d)", ff, lf, ft, lt)
 	}
@@ -135,6 +137,10 @@ func TestViolation(t *testing.T) {
 		{"model/qwen2", "train", false},
 		{"agent/search", "model/bpe", false},
 		{"model/qwen2", "model/torch", true},
+		{"model/qwen2", "jobs", false},
+		{"model/qwen2", "format", true},
+		{"model/bpe", "format", true},
+		{"train", "jobs", true},
 		{"jobs", "format", true},
 		{"format", "jobs", false},
 		{"jobs", "internal/renameio", true},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
 	"github.com/mempo/mempo/jobs"
 )
@@ -40,7 +41,7 @@ type CheckpointConfig struct {
 
 // CheckpointResult says what RunCheckpoint did.
 type CheckpointResult struct {
-	Commit  *jobs.Commit
+	Commit  *format.Commit
 	Hit     bool
 	Resumed int // steps taken from an interrupted run's snapshot
 }
@@ -109,7 +110,7 @@ func RunCheckpoint(ctx context.Context, cfg CheckpointConfig, spec jobs.Spec) (*
 	if err := jobs.WriteJSON(filepath.Join(art.Tmp, "config.json"), cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", CheckpointStage, err)
 	}
-	if res.Commit, err = art.Publish(jobs.Commit{Stage: CheckpointStage, Seed: spec.Seed}); err != nil {
+	if res.Commit, err = art.Publish(format.Commit{Stage: CheckpointStage, Seed: spec.Seed}); err != nil {
 		return nil, fmt.Errorf("%s: %w", CheckpointStage, err)
 	}
 	trace(jobs.StepPublished, -1)

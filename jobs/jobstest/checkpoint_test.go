@@ -14,13 +14,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 )
 
 var killCkpt = CheckpointConfig{Steps: 4, Data: "good"}
 
 // cleanCheckpoint is the commit record and file list of an uninterrupted run of cfg.
-func cleanCheckpoint(t *testing.T, cfg CheckpointConfig) (*jobs.Commit, []string) {
+func cleanCheckpoint(t *testing.T, cfg CheckpointConfig) (*format.Commit, []string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "clean")
 	res, err := RunCheckpoint(context.Background(), cfg, jobs.Spec{Out: out, Seed: 1})
@@ -50,9 +51,9 @@ func tree(t *testing.T, dir string) []string {
 // checkCheckpoint fails t unless out is the checkpoint an uninterrupted run writes
 // (same commit record, same files, no snapshots inside) and stands alone in its
 // directory: no lock, no temp dir, no previous checkpoint moved aside.
-func checkCheckpoint(t *testing.T, out string, want *jobs.Commit, wantTree []string) {
+func checkCheckpoint(t *testing.T, out string, want *format.Commit, wantTree []string) {
 	t.Helper()
-	got, err := jobs.ReadCommit(out)
+	got, err := format.ReadCommit(out)
 	if err != nil {
 		t.Fatalf("after the rerun: %v", err)
 	}
@@ -126,7 +127,7 @@ func TestCheckpointKillAndResume(t *testing.T) {
 				t.Fatalf("child was not killed at %s\nstderr:\n%s", tt.kill, stderr)
 			}
 			seen := "none"
-			if c, err := jobs.ReadCommit(out); err == nil {
+			if c, err := format.ReadCommit(out); err == nil {
 				switch c.CacheKey {
 				case oldKey:
 					seen = "old"

@@ -7,14 +7,15 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
-// The files of an HF tokenizer directory. Without
-// tokenizer_config.json transformers knows no eos, pad or chat template: it reports
-// eos_token_id None (or falls back to id 0) and apply_chat_template fails.
+// The files of an HF tokenizer directory besides tokenizer.json (format.TokenizerFile,
+// declared with the checkpoint's other files). Without tokenizer_config.json
+// transformers knows no eos, pad or chat template: it reports eos_token_id None (or
+// falls back to id 0) and apply_chat_template fails.
 const (
-	TokenizerFile     = "tokenizer.json"
 	ConfigFile        = "tokenizer_config.json"
 	SpecialTokensFile = "special_tokens_map.json"
 )
@@ -95,7 +96,7 @@ type specialTokensMap struct {
 // tokenizer_config.json and special_tokens_map.json, each atomically. transformers'
 // AutoTokenizer loads dir as Qwen2TokenizerFast with cfg's eos, pad and chat template.
 func (t *Tokenizer) SaveHF(dir string, cfg HFConfig) error {
-	if err := t.Save(filepath.Join(dir, TokenizerFile)); err != nil {
+	if err := t.Save(filepath.Join(dir, format.TokenizerFile)); err != nil {
 		return err
 	}
 	return t.SaveHFConfig(dir, cfg)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mempo/mempo/format"
 )
 
 func TestSaveHF(t *testing.T) {
@@ -20,8 +22,8 @@ func TestSaveHF(t *testing.T) {
 	if err := tok.SaveHF(dir, DefaultHFConfig(4096)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(filepath.Join(dir, TokenizerFile)); err != nil {
-		t.Errorf("Load(%s) = %v, want the saved tokenizer", TokenizerFile, err)
+	if _, err := Load(filepath.Join(dir, format.TokenizerFile)); err != nil {
+		t.Errorf("Load(%s) = %v, want the saved tokenizer", format.TokenizerFile, err)
 	}
 
 	var conf struct {
@@ -99,7 +101,7 @@ func TestSaveHF(t *testing.T) {
 	if err := tok.SaveHF(again, DefaultHFConfig(4096)); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range append([]string{TokenizerFile}, CompanionFiles...) {
+	for _, name := range append([]string{format.TokenizerFile}, CompanionFiles...) {
 		a, _ := os.ReadFile(filepath.Join(dir, name))
 		b, _ := os.ReadFile(filepath.Join(again, name))
 		if string(a) != string(b) {

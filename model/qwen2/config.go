@@ -13,7 +13,7 @@ import (
 
 	"github.com/sugarme/gotch"
 
-	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/format"
 )
 
 // ErrConfig marks an invalid or unsupported config.json.
@@ -233,7 +233,7 @@ func TokenizerPad(dir string, vocab int) (*int, error) {
 		}
 	}
 	if !found {
-		if id, found, err = tokenID(filepath.Join(dir, jobs.TokenizerFile), pad); err != nil {
+		if id, found, err = tokenID(filepath.Join(dir, format.TokenizerFile), pad); err != nil {
 			return nil, err
 		}
 	}

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
-	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/sugarme/gotch"
@@ -223,7 +223,7 @@ func (m *Model) ignoredKey(key string) bool {
 // held twice. A missing, extra or mis-shaped tensor is an error naming the key, the
 // shapes and the file.
 //
-// A checkpoint with a commit record (jobs.CommitFile) is verified against it: the
+// A checkpoint with a commit record (format.CommitFile) is verified against it: the
 // small files a stage reads beside the weights (config.json, generation_config.json,
 // tokenizer.json, the shard index) are hashed first, and every weights file is hashed
 // as it is read, in one sequential pass, so a flipped bit anywhere fails the load with
@@ -237,9 +237,9 @@ func (m *Model) ignoredKey(key string) bool {
 // beside them (readFile), at 1.04–1.24 GB/s, about the hash's own rate. It reads each
 // file once, in order, instead of by ReadAt per tensor.
 func Load(dir string, opt Options) (m *Model, err error) {
-	rec, err := jobs.OpenCommit(dir)
+	rec, err := format.OpenCommit(dir)
 	if err == nil && rec != nil {
-		err = rec.Verify(dir, ConfigFile, GenerationConfigFile, jobs.TokenizerFile, safetensors.IndexFile)
+		err = rec.Verify(dir, ConfigFile, GenerationConfigFile, format.TokenizerFile, safetensors.IndexFile)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
@@ -271,7 +271,7 @@ type placed struct {
 
 // read fills the weights from set, each file read once from start to end. With a
 // commit record, each file's sha256 over that pass must match it.
-func (m *Model) read(set *safetensors.Set, dir string, rec *jobs.Commit) (err error) {
+func (m *Model) read(set *safetensors.Set, dir string, rec *format.Commit) (err error) {
 	defer torch.Catch("read weights", &err)
 	seen := map[string]bool{}
 	byFile := map[string][]placed{}
@@ -317,7 +317,7 @@ func (m *Model) read(set *safetensors.Set, dir string, rec *jobs.Commit) (err er
 // byte of the file (header and gaps included) through sha256 when rec is set. The
 // hash runs beside the reads (hashPipe), on bytes already in place: a verified load
 // costs about what the slower of the two does alone.
-func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit) (err error) {
+func (m *Model) readFile(path string, ws []placed, dir string, rec *format.Commit) (err error) {
 	slices.SortFunc(ws, func(a, b placed) int { return cmp.Compare(a.info.Offset, b.info.Offset) })
 	f, err := os.Open(path)
 	if err != nil {
@@ -369,7 +369,7 @@ func (m *Model) readFile(path string, ws []placed, dir string, rec *jobs.Commit)
 }
 
 // matchFile checks a weights file's digest and size against the commit record.
-func matchFile(rec *jobs.Commit, dir, path, digest string, size int64) error {
+func matchFile(rec *format.Commit, dir, path, digest string, size int64) error {
 	rel, err := filepath.Rel(dir, path)
 	if err != nil {
 		rel = filepath.Base(path)

@@ -28,10 +28,10 @@ func commitModel(t testing.TB, m *Model, maxShard int64) string {
 	if err := m.Save(a.Tmp, maxShard); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(a.Tmp, jobs.TokenizerFile), []byte(`{"model": {"vocab": {}}}`+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Tmp, format.TokenizerFile), []byte(`{"model": {"vocab": {}}}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Publish(jobs.Commit{Stage: "init-model"}); err != nil {
+	if _, err := a.Publish(format.Commit{Stage: "init-model"}); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -93,7 +93,7 @@ func TestLoadVerifiesCommit(t *testing.T) {
 			off := dataStart(t, path) + 1001*4 // below bfloat16's precision: the weights load the same
 			edit(t, path, func(b []byte) { b[off] ^= 0x01 })
 		}},
-		{"tokenizer", 0, jobs.TokenizerFile, func(t testing.TB, path string) {
+		{"tokenizer", 0, format.TokenizerFile, func(t testing.TB, path string) {
 			edit(t, path, func(b []byte) { copy(b[2:], "MODEL") })
 		}},
 		{"config", 0, ConfigFile, func(t testing.TB, path string) {
@@ -123,7 +123,7 @@ func TestLoadVerifiesCommit(t *testing.T) {
 			} else {
 				got.Drop()
 			}
-			rec, err := jobs.ReadCommit(dir)
+			rec, err := format.ReadCommit(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestLoadVerifiesCommit(t *testing.T) {
 			}
 			sum, _, _ := format.Checksum(filepath.Join(dir, tt.file))
 			msg := err.Error()
-			if !errors.Is(err, jobs.ErrNotCheckpoint) || !strings.Contains(msg, tt.file) ||
+			if !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(msg, tt.file) ||
 				!strings.Contains(msg, want.SHA256) || !strings.Contains(msg, sum) || !strings.Contains(msg, "rerun") {
 				t.Errorf("Load = %v, want ErrNotCheckpoint naming %s, sha256 %s (recorded) and %s (found), and a rerun", err, tt.file, want.SHA256, sum)
 			}
@@ -147,7 +147,7 @@ func TestLoadVerifiesCommit(t *testing.T) {
 	}
 	t.Run("no record", func(t *testing.T) {
 		dir := commitModel(t, m, 0)
-		if err := os.Remove(filepath.Join(dir, jobs.CommitFile)); err != nil {
+		if err := os.Remove(filepath.Join(dir, format.CommitFile)); err != nil {
 			t.Fatal(err)
 		}
 		path := filepath.Join(dir, safetensors.SingleFile)
@@ -174,7 +174,7 @@ func BenchmarkLoadVerify(b *testing.B) {
 	m := newTestModel(b, c, Options{})
 	dir := commitModel(b, m, 0)
 	plain := b.TempDir()
-	for _, f := range []string{ConfigFile, GenerationConfigFile, jobs.TokenizerFile, safetensors.SingleFile} {
+	for _, f := range []string{ConfigFile, GenerationConfigFile, format.TokenizerFile, safetensors.SingleFile} {
 		if err := os.Link(filepath.Join(dir, f), filepath.Join(plain, f)); err != nil {
 			b.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestLoadTruncated(t *testing.T) {
 			t.Run(fmt.Sprintf("record=%v/dtype=%s", record, cmpOr(dtype, "stored")), func(t *testing.T) {
 				dir := commitModel(t, m, 0)
 				if !record {
-					if err := os.Remove(filepath.Join(dir, jobs.CommitFile)); err != nil {
+					if err := os.Remove(filepath.Join(dir, format.CommitFile)); err != nil {
 						t.Fatal(err)
 					}
 				}

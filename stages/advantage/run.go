@@ -85,7 +85,7 @@ func memoryTags(rollouts *format.Dataset) (*memTags, error) {
 	if policy == "" {
 		return nil, fmt.Errorf("advantage: --mem-content-only: %s: the manifest names no policy input: %w", rollouts.Dir, ErrInput)
 	}
-	tok, err := bpe.Load(filepath.Join(policy, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(policy, format.TokenizerFile))
 	if err != nil {
 		return nil, fmt.Errorf("advantage: --mem-content-only needs the tokenizer of the rollouts' policy %s (run from the directory the rollouts were made in): %w", policy, err)
 	}

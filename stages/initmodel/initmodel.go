@@ -4,7 +4,7 @@
 // directory (DESIGN.md §8): config.json, generation_config.json, model.safetensors,
 // tokenizer.json with tokenizer_config.json and special_tokens_map.json (the set
 // transformers' AutoTokenizer needs for eos and the chat template), and checkpoint.json,
-// the commit record every mempo checkpoint has (jobs.Commit), so later stages key it by
+// the commit record every mempo checkpoint has (format.Commit), so later stages key it by
 // that record.
 //
 // The output is a function of the config, the corpus bytes and the protocol: the same
@@ -85,7 +85,7 @@ type Result struct {
 	Dir    string
 	Hit    bool // Out already held this exact output
 	Key    jobs.Key
-	Commit *jobs.Commit // the checkpoint's commit record
+	Commit *format.Commit // the checkpoint's commit record
 	// TokenizerVocab is the tokenizer's id count, ModelVocab the embedding rows and
 	// Params the model's parameter count.
 	TokenizerVocab, ModelVocab int
@@ -193,7 +193,7 @@ func commit(ctx context.Context, art *jobs.Artifact, cfg Config, in Inputs, p *p
 		return nil, err
 	}
 	var err error
-	if res.Commit, err = art.Publish(jobs.Commit{Stage: Stage, Seed: int64(cfg.Seed), Inputs: inputs}); err != nil {
+	if res.Commit, err = art.Publish(format.Commit{Stage: Stage, Seed: int64(cfg.Seed), Inputs: inputs}); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -202,7 +202,7 @@ func commit(ctx context.Context, art *jobs.Artifact, cfg Config, in Inputs, p *p
 // describe fills a cache hit's sizes from the checkpoint itself: its tokenizer and
 // config.json.
 func describe(res *Result) (*Result, error) {
-	tok, err := bpe.Load(filepath.Join(res.Dir, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(res.Dir, format.TokenizerFile))
 	if err != nil {
 		return nil, fmt.Errorf("init-model: cache hit %s: %w", res.Dir, err)
 	}

@@ -96,8 +96,8 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 			}
 		}
 	})
-	want := []string{jobs.CommitFile, "config.json", "generation_config.json", safetensors.SingleFile,
-		bpe.SpecialTokensFile, jobs.TokenizerFile, bpe.ConfigFile}
+	want := []string{format.CommitFile, "config.json", "generation_config.json", safetensors.SingleFile,
+		bpe.SpecialTokensFile, format.TokenizerFile, bpe.ConfigFile}
 	if !slices.Equal(names, want) {
 		t.Fatalf("checkpoint files = %q, want %q", names, want)
 	}
@@ -113,7 +113,7 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 
 	dir := filepath.Join(root, "a")
 	// init-model commits like every checkpoint writer: checkpoint.json, files 0644.
-	c, err := jobs.ReadCommit(dir)
+	c, err := format.ReadCommit(dir)
 	if err != nil || c.Stage != Stage || len(c.Files) != len(want)-1 {
 		t.Errorf("ReadCommit(%s) = %+v, %v; want stage %s and the other %d files", dir, c, err, Stage, len(want)-1)
 	}
@@ -121,7 +121,7 @@ func TestRunDeterministicCheckpoint(t *testing.T) {
 	if in, err := jobs.CheckpointInput("init", dir); err != nil || !strings.HasPrefix(in.Digest, "checkpoint:") {
 		t.Errorf("CheckpointInput(%s) = %+v, %v; want it keyed by its commit record", dir, in, err)
 	}
-	tok, err := bpe.Load(filepath.Join(dir, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(dir, format.TokenizerFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestRunCache(t *testing.T) {
 	if bytes.Equal(now[safetensors.SingleFile], before[safetensors.SingleFile]) {
 		t.Errorf("seed 2 wrote the same weights as seed 1")
 	}
-	if !bytes.Equal(now[jobs.TokenizerFile], before[jobs.TokenizerFile]) {
+	if !bytes.Equal(now[format.TokenizerFile], before[format.TokenizerFile]) {
 		t.Errorf("the seed changed tokenizer.json; training has no randomness")
 	}
 
@@ -309,7 +309,7 @@ func TestRunLearnsQuestions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := bpe.Load(filepath.Join(res.Dir, jobs.TokenizerFile))
+		tok, err := bpe.Load(filepath.Join(res.Dir, format.TokenizerFile))
 		if err != nil {
 			t.Fatal(err)
 		}

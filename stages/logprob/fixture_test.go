@@ -68,10 +68,10 @@ func save(t testing.TB, m *qwen2.Model, tok *bpe.Tokenizer, dir string) string {
 	if err := m.Save(art.Tmp, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tok.Save(filepath.Join(art.Tmp, jobs.TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(art.Tmp, format.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := art.Publish(jobs.Commit{Stage: "fixture"}); err != nil {
+	if _, err := art.Publish(format.Commit{Stage: "fixture"}); err != nil {
 		t.Fatal(err)
 	}
 	in, err := jobs.CheckpointInput("policy", dir)

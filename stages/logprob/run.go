@@ -157,18 +157,18 @@ func (s *state) load() error {
 // sameTokenizer fails when both checkpoints hold a tokenizer.json and they differ: the
 // reference would then score other tokens than the ids the policy generated.
 func sameTokenizer(policy, ref string) error {
-	a, errA := os.ReadFile(filepath.Join(policy, jobs.TokenizerFile))
-	b, errB := os.ReadFile(filepath.Join(ref, jobs.TokenizerFile))
+	a, errA := os.ReadFile(filepath.Join(policy, format.TokenizerFile))
+	b, errB := os.ReadFile(filepath.Join(ref, format.TokenizerFile))
 	if errA == nil && errB == nil && !bytes.Equal(a, b) {
 		return fmt.Errorf("logprob: %s differs from %s: the reference must share the policy's tokenizer: %w",
-			filepath.Join(ref, jobs.TokenizerFile), filepath.Join(policy, jobs.TokenizerFile), ErrInput)
+			filepath.Join(ref, format.TokenizerFile), filepath.Join(policy, format.TokenizerFile), ErrInput)
 	}
 	return nil
 }
 
 // loadTargets tokenizes every question's gold answer with the policy's tokenizer.
 func (s *state) loadTargets() error {
-	path := filepath.Join(s.in.Policy, jobs.TokenizerFile)
+	path := filepath.Join(s.in.Policy, format.TokenizerFile)
 	tok, err := bpe.Load(path)
 	if err != nil {
 		return fmt.Errorf("logprob: policy tokenizer (the memory pass encodes the gold answers with it): %w", err)

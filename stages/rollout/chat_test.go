@@ -32,7 +32,7 @@ func foreignPolicy(t *testing.T, f *fixture, template string) string {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.IsDir() || e.Name() == jobs.CommitFile {
+		if e.IsDir() || e.Name() == format.CommitFile {
 			continue
 		}
 		if err := jobs.CopyFile(filepath.Join(dir, e.Name()), filepath.Join(f.policy, e.Name())); err != nil {

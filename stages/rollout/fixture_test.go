@@ -91,7 +91,7 @@ func buildFixture() (*fixture, error) {
 	if _, err := initmodel.Run(context.Background(), icfg, initmodel.Inputs{Corpus: []string{corpus}}, jobs.Spec{Out: f.policy}); err != nil {
 		return nil, err
 	}
-	if f.tok, err = bpe.Load(filepath.Join(f.policy, jobs.TokenizerFile)); err != nil {
+	if f.tok, err = bpe.Load(filepath.Join(f.policy, format.TokenizerFile)); err != nil {
 		return nil, err
 	}
 	write := func(name string, ps []task.Prompt) (string, error) {

@@ -133,7 +133,7 @@ func run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, load loader
 // embedding row for each of its ids, before any work. It also returns the model's
 // max_position_embeddings, which bounds every context.
 func policyTokenizer(dir string) (*bpe.Tokenizer, int, error) {
-	tok, err := bpe.Load(filepath.Join(dir, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(dir, format.TokenizerFile))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train/collective/collectivetest"
@@ -67,7 +68,7 @@ func TestWorldSize(t *testing.T) {
 	if !(rel < 1e-4) {
 		t.Errorf("weights trained by two ranks are %.2g (relative L2) off one process's", rel)
 	}
-	st, err := jobs.ReadTrainerState(out)
+	st, err := format.ReadTrainerState(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +77,8 @@ func TestWorldSize(t *testing.T) {
 			t.Errorf("%s = %v with two ranks, %v with one", k, g, w)
 		}
 	}
-	c1, err1 := jobs.ReadCommit(one.Dir)
-	c2, err2 := jobs.ReadCommit(out)
+	c1, err1 := format.ReadCommit(one.Dir)
+	c2, err2 := format.ReadCommit(out)
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/safetensors"
 	"github.com/mempo/mempo/train"
@@ -113,9 +114,9 @@ func testResumeAfterKill(t *testing.T, procs int) {
 	}
 }
 
-func readState(t *testing.T, dir string) *jobs.TrainerState {
+func readState(t *testing.T, dir string) *format.TrainerState {
 	t.Helper()
-	s, err := jobs.ReadTrainerState(dir)
+	s, err := format.ReadTrainerState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

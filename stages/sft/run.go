@@ -159,10 +159,10 @@ func (r *run) close() {
 // policy's tokenizer into examples, holds some trajectories out and plans the batches.
 func (r *run) prepare(ctx context.Context) (train.Plan, error) {
 	// The weights are verified as they load; the tokenizer and config are read first.
-	if err := jobs.VerifyCheckpoint(r.in.Policy, jobs.TokenizerFile, qwen2.ConfigFile); err != nil {
+	if err := format.VerifyCheckpoint(r.in.Policy, format.TokenizerFile, qwen2.ConfigFile); err != nil {
 		return train.Plan{}, fmt.Errorf("policy: %w", err)
 	}
-	tok, err := bpe.Load(filepath.Join(r.in.Policy, jobs.TokenizerFile))
+	tok, err := bpe.Load(filepath.Join(r.in.Policy, format.TokenizerFile))
 	if err != nil {
 		return train.Plan{}, fmt.Errorf("policy tokenizer: %w", err)
 	}

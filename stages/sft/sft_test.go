@@ -78,7 +78,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := m.Save(policy, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tok.Save(filepath.Join(policy, jobs.TokenizerFile)); err != nil {
+	if err := tok.Save(filepath.Join(policy, format.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: index, Policy: policy}}
@@ -116,7 +116,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	if _, err := bpe.Load(filepath.Join(out, jobs.TokenizerFile)); err != nil {
+	if _, err := bpe.Load(filepath.Join(out, format.TokenizerFile)); err != nil {
 		t.Error(err)
 	}
 	fh, err := os.Open(filepath.Join(out, OracleFile))
@@ -133,7 +133,7 @@ func TestRun(t *testing.T) {
 	if lines != 12 {
 		t.Errorf("%s has %d trajectories, want 12", OracleFile, lines)
 	}
-	if c, err := jobs.ReadCommit(out); err != nil || c.Stage != Stage {
+	if c, err := format.ReadCommit(out); err != nil || c.Stage != Stage {
 		t.Errorf("ReadCommit = %+v, %v; want an sft commit record", c, err)
 	}
 	jobstest.CheckModes(t, out)
@@ -218,7 +218,7 @@ func TestRunRejects(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Drop()
-		if err := jobs.CopyFile(filepath.Join(in.Policy, jobs.TokenizerFile), filepath.Join(f.in.Policy, jobs.TokenizerFile)); err != nil {
+		if err := jobs.CopyFile(filepath.Join(in.Policy, format.TokenizerFile), filepath.Join(f.in.Policy, format.TokenizerFile)); err != nil {
 			t.Fatal(err)
 		}
 		_, err = Run(context.Background(), testConfig(), in, jobs.Spec{Out: filepath.Join(f.dir, "y"), Seed: 1})

@@ -46,7 +46,7 @@ func writePolicy(t testing.TB, dir string, cfg qwen2.Config, seed uint64) {
 	}
 	// The update never parses the tokenizer; with its companion files present it is
 	// copied to the new checkpoint as it is.
-	for _, name := range append([]string{jobs.TokenizerFile}, bpe.CompanionFiles...) {
+	for _, name := range append([]string{format.TokenizerFile}, bpe.CompanionFiles...) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(`{"stand-in": true}`+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

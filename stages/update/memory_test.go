@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train"
@@ -63,7 +64,7 @@ func TestMemoryRefused(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, s)
 		}
 	}
-	if _, err := jobs.ReadCommit(out); err == nil {
+	if _, err := format.ReadCommit(out); err == nil {
 		t.Errorf("a refused run published %s", out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
 	"github.com/mempo/mempo/train/collective/collectivetest"
@@ -89,7 +90,7 @@ func TestWorldSize(t *testing.T) {
 					t.Fatalf("rank %d: %v\n%s", r, err, stderrs[r])
 				}
 			}
-			st, err := jobs.ReadTrainerState(out)
+			st, err := format.ReadTrainerState(out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,8 +105,8 @@ func TestWorldSize(t *testing.T) {
 					t.Errorf("%s = %v with %d ranks, %v with one", k, g, world, w)
 				}
 			}
-			got, err1 := jobs.ReadCommit(out)
-			alone, err2 := jobs.ReadCommit(one.Dir)
+			got, err1 := format.ReadCommit(out)
+			alone, err2 := format.ReadCommit(one.Dir)
 			if err1 != nil || err2 != nil {
 				t.Fatal(err1, err2)
 			}
@@ -141,11 +142,11 @@ func TestRankDies(t *testing.T) {
 	if errs, stderrs = launchRanks(t, 2, rankArgs{In: f.in, Out: out, Cfg: cfg}); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("rerun: %v %v\n%s\n%s", errs[0], errs[1], stderrs[0], stderrs[1])
 	}
-	st, err := jobs.ReadTrainerState(out)
+	st, err := format.ReadTrainerState(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := jobs.ReadTrainerState(clean)
+	want, err := format.ReadTrainerState(clean)
 	if err != nil {
 		t.Fatal(err)
 	}

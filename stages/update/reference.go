@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
@@ -18,7 +17,7 @@ import (
 // files read here are verified against each checkpoint's commit record.
 func checkReference(policy, ref string) error {
 	for _, c := range []struct{ name, dir string }{{"policy", policy}, {"reference", ref}} {
-		if err := jobs.VerifyCheckpoint(c.dir, qwen2.ConfigFile, jobs.TokenizerFile); err != nil {
+		if err := format.VerifyCheckpoint(c.dir, qwen2.ConfigFile, format.TokenizerFile); err != nil {
 			return fmt.Errorf("update: %s: %w", c.name, err)
 		}
 	}
@@ -48,14 +47,14 @@ func checkReference(policy, ref string) error {
 	}
 	if pt != rt {
 		return fmt.Errorf("update: reference %s: %s %s, policy %s has %s: the reference must share the policy's tokenizer: %w",
-			ref, jobs.TokenizerFile, orNone(rt), policy, orNone(pt), ErrInput)
+			ref, format.TokenizerFile, orNone(rt), policy, orNone(pt), ErrInput)
 	}
 	return nil
 }
 
 // tokenizerDigest is the sha256 of dir's tokenizer.json, "" when it has none.
 func tokenizerDigest(dir string) (string, error) {
-	sum, _, err := format.Checksum(filepath.Join(dir, jobs.TokenizerFile))
+	sum, _, err := format.Checksum(filepath.Join(dir, format.TokenizerFile))
 	if os.IsNotExist(err) {
 		return "", nil
 	}

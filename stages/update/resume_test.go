@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/safetensors"
@@ -104,7 +105,7 @@ func TestResumeAfterKill(t *testing.T) {
 	if res.Resumed != 1 {
 		t.Errorf("rerun resumed %d mini-batches, want 1", res.Resumed)
 	}
-	for _, name := range []string{safetensors.SingleFile, train.OptimizerFile, qwen2.ConfigFile, jobs.TokenizerFile} {
+	for _, name := range []string{safetensors.SingleFile, train.OptimizerFile, qwen2.ConfigFile, format.TokenizerFile} {
 		a, err1 := os.ReadFile(filepath.Join(clean, name))
 		b, err2 := os.ReadFile(filepath.Join(out, name))
 		if err1 != nil || err2 != nil {

@@ -106,7 +106,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	for _, name := range []string{jobs.TokenizerFile, train.OptimizerFile, jobs.TrainerStateFile, jobs.CommitFile, qwen2.GenerationConfigFile} {
+	for _, name := range []string{format.TokenizerFile, train.OptimizerFile, format.TrainerStateFile, format.CommitFile, qwen2.GenerationConfigFile} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Errorf("checkpoint lacks %s: %v", name, err)
 		}
@@ -114,7 +114,7 @@ func TestRun(t *testing.T) {
 	if _, err := os.Stat(out + ".tmp-" + res.Key.Short()); !os.IsNotExist(err) {
 		t.Errorf("temp dir left after publish: %v", err)
 	}
-	c, err := jobs.ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err != nil || c.CacheKey != res.Key.String() || len(c.Inputs) != 5 {
 		t.Fatalf("ReadCommit = %+v, %v; want the run's key and 5 inputs", c, err)
 	}
@@ -169,7 +169,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("iteration 2: step %d iteration %d, want 4 and 2 (optimizer state continued)", res2.State.Step, res2.State.Iteration)
 	}
 	// A committed policy is keyed by its commit record, not by re-hashing its files.
-	c2, err := jobs.ReadCommit(res2.Dir)
+	c2, err := format.ReadCommit(res2.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,15 +263,15 @@ func TestRunRejects(t *testing.T) {
 		{"reference tokenizer", func(t *testing.T) Inputs {
 			in := f.in
 			in.Ref = other(t, "ref", func(t *testing.T, dir string) {
-				if err := os.WriteFile(filepath.Join(dir, jobs.TokenizerFile), []byte(`{"stand-in": "shuffled"}`+"\n"), 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, format.TokenizerFile), []byte(`{"stand-in": "shuffled"}`+"\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			})
 			return in
-		}, ErrInput, jobs.TokenizerFile},
+		}, ErrInput, format.TokenizerFile},
 		{"reference without tokenizer", func(t *testing.T) Inputs {
 			in := f.in
-			in.Ref = other(t, "ref", func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, jobs.TokenizerFile)) })
+			in.Ref = other(t, "ref", func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, format.TokenizerFile)) })
 			return in
 		}, ErrInput, "missing"},
 		{"log-probs without their inputs", func(t *testing.T) Inputs {
@@ -340,7 +340,7 @@ func TestRunNaN(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Drop()
-	for _, name := range append([]string{jobs.TokenizerFile}, bpe.CompanionFiles...) {
+	for _, name := range append([]string{format.TokenizerFile}, bpe.CompanionFiles...) {
 		if err := jobs.CopyFile(filepath.Join(bad.Policy, name), filepath.Join(f.in.Policy, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +351,7 @@ func TestRunNaN(t *testing.T) {
 		t.Fatalf("Run on a NaN policy = %v, want ErrNonFinite", err)
 	}
 	t.Log(err)
-	c, err := jobs.ReadCommit(out)
+	c, err := format.ReadCommit(out)
 	if err != nil || c.CacheKey != good.Key.String() {
 		t.Fatalf("after the failed run, %s holds key %v (%v), want the previous checkpoint's %s", out, c, err, good.Key.Short())
 	}
