@@ -62,17 +62,10 @@ type FileDigest struct {
 // ReadCommit reads and validates dir's commit record; it is untrusted input, and any
 // failure wraps ErrNotCheckpoint with the path.
 func ReadCommit(dir string) (*Commit, error) {
-	path := filepath.Join(dir, CommitFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s: no %s (an interrupted or foreign directory): %w", dir, CommitFile, ErrNotCheckpoint)
-		}
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
 	var c Commit
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotCheckpoint)
+	path, err := readRecord(dir, CommitFile, " (an interrupted or foreign directory)", &c, ErrNotCheckpoint)
+	if err != nil {
+		return nil, err
 	}
 	if c.Format != CommitFormat || c.Version != CommitVersion || len(c.CacheKey) != 64 {
 		return nil, fmt.Errorf("read %s: format %q version %d, want %s version %d with a cache key: %w",

@@ -91,20 +91,31 @@ func (m *Manifest) Rows() int64 {
 	return n
 }
 
-// ReadManifest reads and validates dir's manifest. It is untrusted input: every field a
-// reader relies on is checked, and any failure wraps ErrNotDataset with the path.
-func ReadManifest(dir string) (*Manifest, error) {
-	path := filepath.Join(dir, ManifestName)
+// readRecord reads the JSON commit record name in dir into v and returns its path. The
+// record is untrusted input: a missing record (absent says what that means) or one that
+// does not parse wraps errNot with the path.
+func readRecord(dir, name, absent string, v any, errNot error) (string, error) {
+	path := filepath.Join(dir, name)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%s: no %s: %w", dir, ManifestName, ErrNotDataset)
+			return path, fmt.Errorf("%s: no %s%s: %w", dir, name, absent, errNot)
 		}
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return path, fmt.Errorf("read %s: %w", path, err)
 	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return path, fmt.Errorf("read %s: %w: %w", path, err, errNot)
+	}
+	return path, nil
+}
+
+// ReadManifest reads and validates dir's manifest. It is untrusted input: every field a
+// reader relies on is checked, and any failure wraps ErrNotDataset with the path.
+func ReadManifest(dir string) (*Manifest, error) {
 	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("read %s: %w: %w", path, err, ErrNotDataset)
+	path, err := readRecord(dir, ManifestName, "", &m, ErrNotDataset)
+	if err != nil {
+		return nil, err
 	}
 	if m.Kind == "" || m.SchemaVersion <= 0 {
 		return nil, fmt.Errorf("read %s: missing kind or schema_version: %w", path, ErrNotDataset)
