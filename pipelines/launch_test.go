@@ -156,17 +156,6 @@ func TestTorchrunUpdate(t *testing.T) {
 	}
 }
 
-// tinyExcept is the tiny DAG's settings but those of the given variables.
-func tinyExcept(names ...string) []string {
-	var out []string
-	for _, kv := range tiny {
-		if !slicesContain(names, strings.SplitN(kv, "=", 2)[0]) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // freePort is a TCP port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()

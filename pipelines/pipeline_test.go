@@ -34,6 +34,17 @@ var tiny = []string{
 	"STAGE_FLAGS=--progress none --log-level warn",
 }
 
+// tinyExcept is the tiny DAG's settings but those of the given variables.
+func tinyExcept(names ...string) []string {
+	var out []string
+	for _, kv := range tiny {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(names, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // samePolicyKL bounds |ppo_kl| of an update's first mini-batch against the log-prob
 // stage's values for the same bfloat16 policy: 1e-6 where the CPU multiplies bfloat16
 // natively (AVX512-BF16 or AMX-BF16, the rule embedded.mk's DTYPE follows), 1e-4
