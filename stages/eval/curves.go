@@ -204,24 +204,26 @@ func spreadSeries(name string, seeds int, sp []Spread) Series {
 // reached the iteration, lo and hi their min and max.
 var CurvesCSVHeader = []string{"name", "metric", "iter", "seeds", "mean", "lo", "hi"}
 
-// curveMetric is one curve of SeedCurves, its CSV name and its plot.
+// curveMetric is one curve of SeedCurves, its CSV name and its plot. An optional curve
+// no variant has (runs from before its figure existed) gets no plot; the others always
+// get one.
 type curveMetric struct {
 	name, file, title, y string
+	optional             bool
 	of                   func(SeedCurves) []Spread
 }
 
 var curveMetrics = []curveMetric{
-	{"reward", "reward_vs_iter.png", "Mean reward per RL iteration", "reward", func(c SeedCurves) []Spread { return c.Reward }},
-	{"kl", "kl_vs_iter.png", "KL to the reference per RL iteration", "KL", func(c SeedCurves) []Spread { return c.KL }},
-	{"zero_spread", "zero_spread_vs_iter.png", "Groups without reward spread (no outcome signal)", "fraction of groups", func(c SeedCurves) []Spread { return c.ZeroSpread }},
-	{"invalid", "invalid_vs_iter.png", "Invalid turns of the iteration's rollouts", "fraction of turns", func(c SeedCurves) []Spread { return c.Invalid }},
+	{"reward", "reward_vs_iter.png", "Mean reward per RL iteration", "reward", false, func(c SeedCurves) []Spread { return c.Reward }},
+	{"kl", "kl_vs_iter.png", "KL to the reference per RL iteration", "KL", false, func(c SeedCurves) []Spread { return c.KL }},
+	{"zero_spread", "zero_spread_vs_iter.png", "Groups without reward spread (no outcome signal)", "fraction of groups", true, func(c SeedCurves) []Spread { return c.ZeroSpread }},
+	{"invalid", "invalid_vs_iter.png", "Invalid turns of the iteration's rollouts", "fraction of turns", true, func(c SeedCurves) []Spread { return c.Invalid }},
 }
 
 // WriteCurves writes a plot per curve (reward_vs_iter.png, kl_vs_iter.png,
 // zero_spread_vs_iter.png, invalid_vs_iter.png) and curves.csv (atomically) into dir and
 // returns the names of the files it wrote. A variant with several seeds is drawn as its
-// mean with a shaded band from the min to the max over seeds. A curve no variant has
-// (runs from before its figure existed) gets no plot.
+// mean with a shaded band from the min to the max over seeds.
 func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("curves: %w", err)
@@ -251,7 +253,7 @@ func WriteCurves(dir string, cs []SeedCurves) ([]string, error) {
 			points += len(m.of(c))
 			series = append(series, spreadSeries(c.Name, len(c.Dirs), m.of(c)))
 		}
-		if points == 0 && m.name != "reward" && m.name != "kl" {
+		if points == 0 && m.optional {
 			continue
 		}
 		if err := PlotPNG(filepath.Join(dir, m.file), m.title+band, "iteration", m.y, series); err != nil {
