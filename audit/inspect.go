@@ -168,12 +168,17 @@ func Inspect(dir string, head int) (*Summary, error) {
 		return s, nil
 	}
 	for i := range d.Len() {
-		err := d.Records(i, func(sc *arrow.Schema, rec arrow.RecordBatch) error {
-			if err := s.checkSchema(d.Path(i), sc); err != nil {
+		// Each record is held to the first shard's columns before its statistics are
+		// added; the shard's schema is checked once more for a shard without rows.
+		sc, err := d.Records(i, func(rec arrow.RecordBatch) error {
+			if err := s.checkSchema(d.Path(i), rec.Schema()); err != nil {
 				return err
 			}
 			return s.addRecord(rec, head)
 		})
+		if err == nil {
+			err = s.checkSchema(d.Path(i), sc)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -134,6 +134,24 @@ func TestInspectCountsNaN(t *testing.T) {
 	}
 }
 
+// TestInspectEmptyShard: a dataset whose only shard holds no rows still reports the
+// shard's schema and a column for each field.
+func TestInspectEmptyShard(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ds")
+	if _, err := formattest.WriteDataset(dir, "test", [][]format.Score{{}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Inspect(dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := format.Schema(format.KindScores)
+	if len(s.Schema) != want.NumFields() || len(s.Columns) != want.NumFields() || s.Rows != 0 {
+		t.Errorf("Inspect(empty shard) = %d fields, %d columns, %d rows; want the scores schema's %d and no rows",
+			len(s.Schema), len(s.Columns), s.Rows, want.NumFields())
+	}
+}
+
 func TestInspectBadInput(t *testing.T) {
 	root := t.TempDir()
 	if _, err := Inspect(root, 1); !errors.Is(err, format.ErrNotDataset) {

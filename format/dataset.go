@@ -238,20 +238,21 @@ func ReadPrompts(dir string) ([]Prompt, error) {
 }
 
 // Records reads shard i's row groups as Arrow records, in order, for readers that take
-// any schema (the inspect report): the shard is checked against its manifest entry
-// (size and, with the default options, sha256) and must be of the manifest's kind and
-// schema version. fn receives the shard's schema and each record; a record is released
-// when fn returns, so fn must not keep it.
-func (d *Dataset) Records(i int, fn func(sc *arrow.Schema, rec arrow.RecordBatch) error) error {
+// any schema (the inspect report), and returns the shard's schema, which a shard without
+// rows has too: the shard is checked against its manifest entry (size and, with the
+// default options, sha256) and must be of the manifest's kind and schema version. fn
+// receives each record (its schema is the shard's); a record is released when fn
+// returns, so fn must not keep it.
+func (d *Dataset) Records(i int, fn func(rec arrow.RecordBatch) error) (*arrow.Schema, error) {
 	o, _ := newOptions(nil)
 	m := d.Manifest
 	sh, err := openSource(source{path: d.Path(i), want: &m.Outputs[i]}, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer sh.close()
 	if sh.kind != m.Kind || sh.version != m.SchemaVersion {
-		return fmt.Errorf("read %s: kind %q version %d, manifest says %q version %d: %w",
+		return nil, fmt.Errorf("read %s: kind %q version %d, manifest says %q version %d: %w",
 			sh.path, sh.kind, sh.version, m.Kind, m.SchemaVersion, ErrSchemaMismatch)
 	}
 	for g := range sh.numRowGroups() {
@@ -260,15 +261,15 @@ func (d *Dataset) Records(i int, fn func(sc *arrow.Schema, rec arrow.RecordBatch
 		}
 		rec, err := sh.rowGroup(g, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		err = fn(sh.schema, rec)
+		err = fn(rec)
 		rec.Release()
 		if err != nil {
-			return fmt.Errorf("read %s: row group %d: %w", sh.path, g, err)
+			return nil, fmt.Errorf("read %s: row group %d: %w", sh.path, g, err)
 		}
 	}
-	return nil
+	return sh.schema, nil
 }
 
 // String describes the dataset in one line: kind, shards, rows and digest.
