@@ -6,5 +6,8 @@
 // the update and SFT stages share: key, cache hit or lock, resume from a snapshot, the
 // steps of a plan, trainer_state.json, commit through jobs.
 //
-// The objective's settings and their float64 reference formulas are in train/ppo.
+// A step's passes run where the runtime puts them, followed by one AdamW step, through
+// train/dataparallel's Trainer: in this process, across a local group of processes, or
+// as one rank of several machines (train/collective). The objective's settings and their
+// float64 reference formulas are in train/ppo.
 package train

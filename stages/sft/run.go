@@ -63,6 +63,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	}
 	spec = spec.WithDefaults()
 	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log}
+	r.trainer = dataparallel.Trainer{Procs: cfg.Procs, Ranks: train.Ranks(cfg.WorldSize, cfg.Group), Options: cfg.Options(), Log: spec.Log}
 	var inputs []format.Input
 	var err error
 	switch {
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		Prepare: r.prepare, Start: r.start, Step: r.step, Finish: r.finish, Write: r.write,
 		Memory: r.memory, BatchFlag: "--batch-tokens", Group: train.Ranks(cfg.WorldSize, cfg.Group),
 	}
-	defer r.close()
+	defer r.trainer.Close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(0)}, opt...)...)
 	if err != nil || res.Hit || res.State == nil { // no State: a rank that wrote nothing
 		return res, err
@@ -143,16 +144,7 @@ type run struct {
 	steps         []batch
 	before, after float64      // held-out loss
 	model         qwen2.Config // the policy's, in the dtype it trains in
-	// group runs the steps' passes across Config.Procs processes; started by the
-	// first step.
-	group *dataparallel.Group
-}
-
-// close ends the processes of the group, if any.
-func (r *run) close() {
-	if r.group != nil {
-		r.group.Close()
-	}
+	trainer       dataparallel.Trainer
 }
 
 // prepare plays the oracle on every question, replays each trajectory through the
@@ -289,68 +281,25 @@ func (r *run) allThreads() (restore func()) {
 	return func() { torch.SetNumThreads(n) }
 }
 
-// step runs step k of the plan, batch steps[k], on the model being trained: in this
-// process, or across the group's (started here at the first step).
+// step runs step k of the plan, batch steps[k], on the model being trained: its
+// forward and backward passes and one AdamW step at the schedule's LR, where the
+// config's runtime puts them (r.trainer).
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	var pass passes = r.nll(m)
-	if c := train.Ranks(r.cfg.WorldSize, r.cfg.Group); c != nil {
-		pass = rankPasses{nll: r.nll(m), c: c, adam: adam}
-	} else if r.cfg.Procs > 1 {
-		if r.group == nil {
-			g, err := dataparallel.StartNLL(r.nll(m), dataparallel.Config{Procs: r.cfg.Procs,
-				Options: r.cfg.Options(), Log: r.log})
-			if err != nil {
-				return Metric{}, err
-			}
-			r.group = g
-		}
-		pass = r.group
+	start := r.now()
+	b := r.steps[k]
+	if err := adam.SetLR(r.cfg.lrAt(adam.Steps()+1, int64(len(r.steps)))); err != nil {
+		return Metric{}, err
 	}
-	return trainStep(pass, adam, r.cfg, r.examples, r.steps[k], int64(len(r.steps)), r.now)
-}
-
-// passes runs a batch's forward and backward passes: train.NLLStep in one process,
-// dataparallel.Group across several.
-type passes interface {
-	Backward(batch []qwen2.Pair) (loss float64, tokens int, err error)
-}
-
-// rankPasses runs this rank's share of a batch, dealt among the ranks by tokens as a
-// local group deals it, with the whole batch's totals, and sums the gradients, losses
-// and tokens across the ranks.
-type rankPasses struct {
-	nll  train.NLLStep
-	c    train.Collective
-	adam *train.AdamW
-}
-
-func (p rankPasses) Backward(batch []qwen2.Pair) (float64, int, error) {
-	costs := make([]int, len(batch))
-	for i, e := range batch {
-		costs[i] = len(e.Context) + len(e.Response)
-	}
-	share := dataparallel.Split(costs, p.c.World())[p.c.Rank()]
-	part := make([]qwen2.Pair, len(share))
-	for i, j := range share {
-		part[i] = batch[j]
-	}
-	loss, tokens, err := p.nll.BackwardPart(part, p.nll.Totals(batch))
+	loss, tokens, ss, err := r.trainer.NLL(r.nll(m), adam, b.pairs(r.examples))
 	if err != nil {
-		return 0, 0, fmt.Errorf("rank %d: %w", p.c.Rank(), err)
+		return Metric{}, err
 	}
-	if err := p.adam.ReduceGrads(p.c); err != nil {
-		return 0, 0, err
+	met := Metric{Step: adam.Steps(), Epoch: b.Epoch, Loss: loss, GradNorm: ss.GradNorm, LR: ss.LR,
+		Tokens: tokens, Seqs: len(b.Examples), Seconds: r.now().Sub(start).Seconds()}
+	if met.Seconds > 0 {
+		met.TokensPerS = float64(tokens) / met.Seconds
 	}
-	rows, err := train.GatherFloats(p.c, []float64{loss, float64(tokens)})
-	if err != nil {
-		return 0, 0, err
-	}
-	loss, tokens = 0, 0
-	for _, r := range rows {
-		loss += r[0]
-		tokens += int(r[1])
-	}
-	return loss, tokens, nil
+	return met, nil
 }
 
 // finish measures the held-out loss after training and sums the run up.
@@ -375,33 +324,6 @@ func (r *run) write(dir string) error {
 		return err
 	}
 	return renameio.WriteFile(filepath.Join(dir, OracleFile), oracle.Bytes())
-}
-
-// trainStep runs one batch: forward, backward, one AdamW step at the schedule's LR.
-func trainStep(pass passes, adam *train.AdamW, cfg Config, examples []example, b batch, total int64, now func() time.Time) (Metric, error) {
-	start := now()
-	k := adam.Steps() + 1
-	if err := adam.SetLR(cfg.lrAt(k, total)); err != nil {
-		return Metric{}, err
-	}
-	loss, tokens, err := pass.Backward(b.pairs(examples))
-	if err != nil {
-		adam.ZeroGrad()
-		return Metric{}, err
-	}
-	ss, err := adam.Step()
-	if zerr := adam.ZeroGrad(); err == nil {
-		err = zerr
-	}
-	if err != nil {
-		return Metric{}, err
-	}
-	met := Metric{Step: adam.Steps(), Epoch: b.Epoch, Loss: loss, GradNorm: ss.GradNorm, LR: ss.LR,
-		Tokens: tokens, Seqs: len(b.Examples), Seconds: now().Sub(start).Seconds()}
-	if met.Seconds > 0 {
-		met.TokensPerS = float64(tokens) / met.Seconds
-	}
-	return met, nil
 }
 
 // summary is trainer_state.json's metrics: the data's sizes, the held-out loss before

@@ -72,9 +72,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// shares reports whether the passes share prefixes (train.TreePass).
-func (c Config) shares() bool { return train.TreePass(c.SharePrefixes, c.GradCheckpoint) }
-
 // Validate names the first bad setting by its flag.
 func (c Config) Validate() error {
 	if err := c.Objective.Validate(); err != nil {

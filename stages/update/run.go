@@ -2,6 +2,7 @@ package update
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -72,6 +73,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		return nil, err
 	}
 	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now, log: spec.Log}
+	r.trainer = dataparallel.Trainer{Procs: cfg.Procs, Ranks: train.Ranks(cfg.WorldSize, cfg.Group), Options: cfg.Options(), Log: spec.Log}
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
@@ -82,7 +84,7 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 			return summary(mets), nil
 		},
 	}
-	defer r.close()
+	defer r.trainer.Close()
 	res, err := loop.Run(ctx, append([]train.Option{train.WithSnapshotEvery(1)}, opt...)...)
 	if err != nil || res.Hit || res.State == nil { // no State: a rank that wrote nothing
 		return res, err
@@ -102,16 +104,7 @@ type run struct {
 	samples []Sample
 	plan    []Batch
 	model   qwen2.Config // the policy's, in the dtype it trains in
-	// group runs the micro-batches across Config.Procs processes; started by the
-	// first step.
-	group *dataparallel.Group
-}
-
-// close ends the processes of the group, if any.
-func (r *run) close() {
-	if r.group != nil {
-		r.group.Close()
-	}
+	trainer dataparallel.Trainer
 }
 
 // prepare joins the three datasets into samples, checks each fits the policy, and
@@ -147,18 +140,35 @@ func (r *run) prepare(context.Context) (train.Plan, error) {
 	return p, nil
 }
 
-// step runs step k of the plan, mini-batch plan[k], on the model being trained: in
-// this process, or across the group's (started here at the first step).
+// step runs step k of the plan, mini-batch plan[k], on the model being trained: its
+// micro-batches and one AdamW step, where the config's runtime puts them (r.trainer).
 func (r *run) step(k int, m *qwen2.Model, adam *train.AdamW) (Metric, error) {
-	if r.cfg.Procs > 1 && r.group == nil {
-		g, err := dataparallel.StartPPO(r.ppo(m), dataparallel.Config{Procs: r.cfg.Procs,
-			Options: r.cfg.Options(), Log: r.log})
-		if err != nil {
-			return Metric{}, err
-		}
-		r.group = g
+	start := r.now()
+	b := r.plan[k]
+	res, err := r.trainer.PPO(r.ppo(m), adam, r.batch(b), r.cfg.MicroTokenBudget)
+	if me := (*dataparallel.MicroError)(nil); errors.As(err, &me) {
+		first := r.samples[b.Samples[me.First]]
+		return Metric{}, fmt.Errorf("first sample uid %s sample %d turn %d: %w", first.UID, first.Sample, first.Turn, err)
 	}
-	return step(r.ppo(m), r.group, adam, r.samples, r.plan[k], r.cfg, r.now)
+	if err != nil {
+		return Metric{}, err
+	}
+	sec := r.now().Sub(start).Seconds()
+	met := Metric{Step: adam.Steps(), Epoch: b.Epoch, MiniBatch: b.Index, Stats: res.Stats,
+		GradNorm: res.GradNorm, LR: res.LR, Seqs: len(b.Samples), Micro: res.Micros, Seconds: sec}
+	if sec > 0 {
+		met.TokensPerS = float64(res.Tokens) / sec
+	}
+	return met, nil
+}
+
+// batch is mini-batch b's sequences, in its order.
+func (r *run) batch(b Batch) []*train.Sequence {
+	seqs := make([]*train.Sequence, len(b.Samples))
+	for i, s := range b.Samples {
+		seqs[i] = &r.samples[s].Sequence
+	}
+	return seqs
 }
 
 // ppo is the PPO step on m with the config's objective and pass settings.
@@ -167,118 +177,25 @@ func (r *run) ppo(m *qwen2.Model) train.PPOStep {
 		GradCheckpoint: r.cfg.GradCheckpoint, SharePrefixes: r.cfg.SharePrefixes}
 }
 
-// memory estimates the peak memory of the plan: its largest micro-batch, as step cuts
-// the mini-batches.
+// memory estimates the peak memory of the plan: its largest micro-batch, as the
+// trainer cuts the mini-batches.
 func (r *run) memory() (train.Memory, error) {
 	var passes []train.Pass
 	ppo := r.ppo(nil)
 	for _, b := range r.plan {
-		for _, mi := range micros(r.samples, b, r.cfg) {
-			seqs := make([]*train.Sequence, len(mi))
+		seqs := r.batch(b)
+		for _, mi := range ppo.Cut(seqs, r.cfg.MicroTokenBudget) {
+			micro := make([]*train.Sequence, len(mi))
 			for k, i := range mi {
-				seqs[k] = &r.samples[i].Sequence
+				micro[k] = seqs[i]
 			}
-			passes = append(passes, ppo.Pass(seqs))
+			passes = append(passes, ppo.Pass(micro))
 		}
 	}
 	s := train.Shape{Entropy: true, Chunk: r.cfg.Chunk, GradCheckpoint: r.cfg.GradCheckpoint, CUDA: strings.HasPrefix(r.cfg.Device, "cuda"), Attention: r.cfg.Attention}
 	m := train.PlanMemory(r.model, s, passes)
 	m.Replicas = train.ReplicaMemory(m, r.cfg.Procs)
 	return m, nil
-}
-
-// micros cuts mini-batch b into its micro-batches by the token budget: in context order
-// by the tree pass's slots when the passes share prefixes, else longest first.
-func micros(samples []Sample, b Batch, cfg Config) [][]int {
-	if cfg.shares() {
-		return qwen2.TreeBatches(b.Samples, func(i int) qwen2.Pair { return samples[i].Pair() }, cfg.MicroTokenBudget)
-	}
-	return qwen2.BudgetBatches(b.Samples, func(i int) int { return samples[i].Len() }, cfg.MicroTokenBudget)
-}
-
-// step runs one mini-batch: every micro-batch's forward and backward under the
-// mini-batch divisor, in turn or, with a group, across its processes, then one AdamW
-// step.
-func step(pass train.PPOStep, group *dataparallel.Group, adam *train.AdamW, samples []Sample, b Batch, cfg Config, now func() time.Time) (Metric, error) {
-	start := now()
-	lengths := make([]int, len(b.Samples))
-	for i, s := range b.Samples {
-		lengths[i] = len(samples[s].Response)
-	}
-	div, err := train.Divisor(cfg.Objective.Agg, lengths)
-	if err != nil {
-		return Metric{}, err
-	}
-	micros := micros(samples, b, cfg)
-	batches := make([][]*train.Sequence, len(micros))
-	for j, mi := range micros {
-		for _, i := range mi {
-			batches[j] = append(batches[j], &samples[i].Sequence)
-		}
-	}
-	var st train.Stats
-	if c := train.Ranks(cfg.WorldSize, cfg.Group); c != nil {
-		if st, err = rankShare(pass, c, adam, samples, micros, batches, div); err != nil {
-			adam.ZeroGrad()
-			return Metric{}, err
-		}
-	} else if group != nil {
-		if st, err = group.Micros(batches, div); err != nil {
-			adam.ZeroGrad()
-			return Metric{}, fmt.Errorf("%d micro-batches across %d processes: %w", len(micros), cfg.Procs, err)
-		}
-	} else {
-		for j, batch := range batches {
-			s, err := pass.Micro(batch, div)
-			if err != nil {
-				adam.ZeroGrad()
-				first := samples[micros[j][0]]
-				return Metric{}, fmt.Errorf("micro-batch %d of %d (first sample uid %s sample %d turn %d): %w",
-					j+1, len(micros), first.UID, first.Sample, first.Turn, err)
-			}
-			st = st.Merge(s)
-		}
-	}
-	ss, err := adam.Step()
-	if zerr := adam.ZeroGrad(); err == nil {
-		err = zerr
-	}
-	if err != nil {
-		return Metric{}, err
-	}
-	sec := now().Sub(start).Seconds()
-	met := Metric{Step: adam.Steps(), Epoch: b.Epoch, MiniBatch: b.Index, Stats: st,
-		GradNorm: ss.GradNorm, LR: ss.LR, Seqs: len(b.Samples), Micro: len(micros), Seconds: sec}
-	if sec > 0 {
-		met.TokensPerS = float64(st.Tokens) / sec
-	}
-	return met, nil
-}
-
-// rankShare runs this rank's share of a mini-batch's micro-batches, dealt among the
-// ranks by tokens as a local group deals them, sums the gradients across the ranks and
-// returns the stats of the whole mini-batch.
-func rankShare(pass train.PPOStep, c train.Collective, adam *train.AdamW, samples []Sample, micros [][]int, batches [][]*train.Sequence, div float64) (train.Stats, error) {
-	costs := make([]int, len(batches))
-	for j, b := range batches {
-		for _, s := range b {
-			costs[j] += s.Len()
-		}
-	}
-	var st train.Stats
-	for _, j := range dataparallel.Split(costs, c.World())[c.Rank()] {
-		s, err := pass.Micro(batches[j], div)
-		if err != nil {
-			first := samples[micros[j][0]]
-			return st, fmt.Errorf("micro-batch %d of %d (first sample uid %s sample %d turn %d) on rank %d: %w",
-				j+1, len(micros), first.UID, first.Sample, first.Turn, c.Rank(), err)
-		}
-		st = st.Merge(s)
-	}
-	if err := adam.ReduceGrads(c); err != nil {
-		return st, err
-	}
-	return train.GatherStats(c, st)
 }
 
 // fits checks that every sample is within the model's context and vocabulary, naming

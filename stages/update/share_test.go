@@ -12,6 +12,7 @@ import (
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/qwen2/qwen2test"
+	"github.com/mempo/mempo/train"
 )
 
 // groupTurns draws GRPO groups as the rollout stage writes them: per prompt, samples
@@ -127,7 +128,12 @@ func TestTreeMicroBatches(t *testing.T) {
 	cfg.MicroTokenBudget = 200
 	var got []int
 	shared, flat := 0, 0
-	for _, mi := range micros(samples, b, cfg) {
+	seqs := make([]*train.Sequence, len(samples))
+	for i := range samples {
+		seqs[i] = &samples[i].Sequence
+	}
+	cut := train.PPOStep{SharePrefixes: cfg.SharePrefixes, GradCheckpoint: cfg.GradCheckpoint}.Cut(seqs, cfg.MicroTokenBudget)
+	for _, mi := range cut {
 		pairs := make([]qwen2.Pair, len(mi))
 		var lengths []int
 		for k, i := range mi {

@@ -17,6 +17,9 @@
 //
 // A worker is the leader's own executable started again, which must call ServeWorker
 // first thing in main.
+//
+// Trainer is what the training stages call: one optimizer step's passes, in this
+// process, across such a group, or as one rank of several machines, then AdamW.
 package dataparallel
 
 import (
