@@ -62,8 +62,8 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 		p = protocol.Default()
 	}
 	spec = spec.WithDefaults()
-	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log}
-	r.trainer = dataparallel.Trainer{Procs: cfg.Procs, Ranks: train.Ranks(cfg.WorldSize, cfg.Group), Options: cfg.Options(), Log: spec.Log}
+	r := &run{cfg: cfg, in: in, p: p, seed: spec.Seed, now: spec.Now, log: spec.Log,
+		trainer: dataparallel.NewTrainer(cfg.Runtime, spec.Log)}
 	var inputs []format.Input
 	var err error
 	switch {
@@ -144,7 +144,7 @@ type run struct {
 	steps         []batch
 	before, after float64      // held-out loss
 	model         qwen2.Config // the policy's, in the dtype it trains in
-	trainer       dataparallel.Trainer
+	trainer       *dataparallel.Trainer
 }
 
 // prepare plays the oracle on every question, replays each trajectory through the

@@ -72,8 +72,8 @@ func Run(ctx context.Context, cfg Config, in Inputs, spec jobs.Spec, opt ...trai
 	if err := scoredAgainst(in.Logprobs, inputs); err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now, log: spec.Log}
-	r.trainer = dataparallel.Trainer{Procs: cfg.Procs, Ranks: train.Ranks(cfg.WorldSize, cfg.Group), Options: cfg.Options(), Log: spec.Log}
+	r := &run{cfg: cfg, in: in, seed: spec.Seed, now: spec.Now, log: spec.Log,
+		trainer: dataparallel.NewTrainer(cfg.Runtime, spec.Log)}
 	loop := train.Loop[Metric]{
 		Stage: Stage, Unit: "mini-batch", Units: "mini-batches",
 		Config: cfg, Inputs: inputs, From: in.Policy, Spec: spec,
@@ -104,7 +104,7 @@ type run struct {
 	samples []Sample
 	plan    []Batch
 	model   qwen2.Config // the policy's, in the dtype it trains in
-	trainer dataparallel.Trainer
+	trainer *dataparallel.Trainer
 }
 
 // prepare joins the three datasets into samples, checks each fits the policy, and

@@ -24,6 +24,12 @@ type Trainer struct {
 	group *Group
 }
 
+// NewTrainer is the trainer of a stage's runtime: its processes, its ranks and the
+// options its policy loads with.
+func NewTrainer(rt train.Runtime, log *slog.Logger) *Trainer {
+	return &Trainer{Procs: rt.Procs, Ranks: train.Ranks(rt.WorldSize, rt.Group), Options: rt.Options(), Log: log}
+}
+
 // PPOResult is one mini-batch's figures: the objective's stats over its micro-batches,
 // the optimizer step's, and the micro-batches it was cut into.
 type PPOResult struct {
