@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -60,7 +61,7 @@ func (in *inspectCmd) flags() *app.Flags {
 
 func (in *inspectCmd) run(c *cli.Context) error {
 	if in.turns && in.topMemories != 0 {
-		return cli.Exit("inspect: --turns and --top-memories are two audits; give one", 2)
+		return app.Usage(errors.New("inspect: --turns and --top-memories are two audits; give one"))
 	}
 	if in.turns {
 		return in.runTurns(c)
@@ -69,20 +70,17 @@ func (in *inspectCmd) run(c *cli.Context) error {
 		return in.runTopMemories(c)
 	}
 	if c.NArg() != 1 {
-		return cli.Exit("inspect: want exactly one dataset directory, e.g. mempo inspect runs/demo/iter-0/rollouts", 2)
+		return app.Usage(errors.New("inspect: want exactly one dataset directory, e.g. mempo inspect runs/demo/iter-0/rollouts"))
 	}
 	if in.head < 0 {
-		return cli.Exit("inspect: --head must be at least 0", 2)
+		return app.Usage(errors.New("inspect: --head must be at least 0"))
 	}
 	s, err := audit.Inspect(c.Args().First(), in.head)
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return err
 	}
 	if in.json {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetEscapeHTML(false)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return in.encode(c.App.Writer, s)
 	}
 	return s.WriteText(c.App.Writer)
 }
@@ -96,13 +94,13 @@ func (in *inspectCmd) encode(w io.Writer, v any) error {
 
 func (in *inspectCmd) runTurns(c *cli.Context) error {
 	if c.NArg() < 1 {
-		return cli.Exit("inspect --turns: want one or more rollouts dataset directories, e.g. mempo inspect --turns runs/demo/mempo/iter-*/rollouts", 2)
+		return app.Usage(errors.New("inspect --turns: want one or more rollouts dataset directories, e.g. mempo inspect --turns runs/demo/mempo/iter-*/rollouts"))
 	}
 	var audits []audit.TurnAudit
 	for _, dir := range c.Args().Slice() {
 		a, err := audit.AuditTurns(dir)
 		if err != nil {
-			return cli.Exit(fmt.Sprintf("inspect --turns: %v", err), 1)
+			return fmt.Errorf("inspect --turns: %w", err)
 		}
 		audits = append(audits, a)
 	}
@@ -114,11 +112,11 @@ func (in *inspectCmd) runTurns(c *cli.Context) error {
 
 func (in *inspectCmd) runTopMemories(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return cli.Exit("inspect --top-memories: want exactly one advantages dataset directory, e.g. mempo inspect --top-memories 10 runs/demo/mempo/iter-4/advantages", 2)
+		return app.Usage(errors.New("inspect --top-memories: want exactly one advantages dataset directory, e.g. mempo inspect --top-memories 10 runs/demo/mempo/iter-4/advantages"))
 	}
 	ms, err := audit.TopMemories(c.Args().First(), in.topMemories)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("inspect --top-memories: %v", err), 1)
+		return fmt.Errorf("inspect --top-memories: %w", err)
 	}
 	if in.json {
 		return in.encode(c.App.Writer, ms)
