@@ -145,19 +145,28 @@ func scoreKey(r *format.Score) (string, int32, int32)         { return r.UID, r.
 func logprobKey(r *format.Logprob) (string, int32, int32)     { return r.UID, r.Sample, r.Turn }
 func advantageKey(r *format.Advantage) (string, int32, int32) { return r.UID, r.Sample, r.Turn }
 
-// question assembles one question of a group. The rollouts must be readable; scores,
-// log-probs and advantages are joined when present, and listed in Missing otherwise.
-func (s *store) question(rel, uid string) (*Question, error) {
+// rollouts is group rel and the rows of its rollouts of uid, at least one.
+func (s *store) rollouts(rel, uid string) (*Group, []format.Rollout, error) {
 	g, err := s.group(rel)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rolls, err := uidRows(s, g.Datasets[format.KindRollouts], uid, rolloutKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(rolls) == 0 {
-		return nil, fmt.Errorf("group %s: no rollouts of uid %q: %w", rel, uid, ErrNotFound)
+		return nil, nil, fmt.Errorf("group %s: no rollouts of uid %q: %w", rel, uid, ErrNotFound)
+	}
+	return g, rolls, nil
+}
+
+// question assembles one question of a group. The rollouts must be readable; scores,
+// log-probs and advantages are joined when present, and listed in Missing otherwise.
+func (s *store) question(rel, uid string) (*Question, error) {
+	g, rolls, err := s.rollouts(rel, uid)
+	if err != nil {
+		return nil, err
 	}
 	q := &Question{Group: rel, UID: uid}
 	if prompts, err := s.prompts(g); err != nil {
@@ -265,11 +274,7 @@ type Tokens struct {
 
 // tokens assembles the token view of one turn.
 func (s *store) tokens(rel, uid string, sample, turn int32) (*Tokens, error) {
-	g, err := s.group(rel)
-	if err != nil {
-		return nil, err
-	}
-	rolls, err := uidRows(s, g.Datasets[format.KindRollouts], uid, rolloutKey)
+	g, rolls, err := s.rollouts(rel, uid)
 	if err != nil {
 		return nil, err
 	}
