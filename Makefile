@@ -159,10 +159,9 @@ demo: build
 # MemPO against GRPO over seeds with 95% intervals (pipelines/experiment.mk; about 80
 # minutes on 2 cores). SEEDS, VARIANTS and every stage's flags can be set on the command line.
 # SETTING=mixk: the setting where memory decides (training on 2-4 objectives, five seeds).
-EXP_DIR ?= $(if $(filter mixk,$(SETTING)),runs/exp-mixk,runs/exp)
+# EXP_DIR (default runs/exp, runs/exp-mixk) reaches experiment.mk with the command line.
 experiment: build
-	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) EXP_DIR=$(EXP_DIR) run
-	@echo; cat $(EXP_DIR)/report/results.md; echo; echo "plots: $(EXP_DIR)/report/*.png"
+	@$(MAKE) --no-print-directory -j$(DEMO_JOBS) -f pipelines/experiment.mk BIN=$(BIN) run
 
 # The runtime image (Dockerfile): the binaries built against the pinned libtorch in a
 # build stage, then only they and the libtorch libraries they load, under IMAGE. Needs a

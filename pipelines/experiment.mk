@@ -119,3 +119,4 @@ report: $(foreach s,$(SEEDS),seed-$(s))
 	  $(EXP_DIR)/seed-$(s)/eval/$(v)/k$(k)/rollouts))) > $(REPORT)/turns.txt
 
 run: report
+	@echo; cat $(REPORT)/results.md; echo; echo "plots: $(REPORT)/*.png"
