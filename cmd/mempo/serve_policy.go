@@ -16,17 +16,18 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/chat"
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/serve"
 	"github.com/mempo/mempo/model/torch"
 )
 
 // servePolicyCmd is what 'mempo serve-policy' resolves its flags into; the limits
-// start from serve.DefaultConfig and qwen2.DefaultEngineConfig, so --help shows
+// start from serve.DefaultConfig and engine.DefaultConfig, so --help shows
 // their defaults.
 type servePolicyCmd struct {
 	cfg           serve.Config
-	engine        qwen2.EngineConfig
+	engine        engine.Config
 	policy, name  string
 	addr          string
 	device, dtype string
@@ -34,7 +35,7 @@ type servePolicyCmd struct {
 }
 
 func servePolicyCommand() *cli.Command {
-	s := &servePolicyCmd{cfg: serve.DefaultConfig(), engine: qwen2.DefaultEngineConfig(), addr: "127.0.0.1:8000", device: "cpu"}
+	s := &servePolicyCmd{cfg: serve.DefaultConfig(), engine: engine.DefaultConfig(), addr: "127.0.0.1:8000", device: "cpu"}
 	return app.Command(&cli.Command{
 		Name:  "serve-policy",
 		Usage: "serve a policy checkpoint under an OpenAI-compatible /v1/completions subset",
@@ -149,7 +150,7 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 		name = s.policy
 	}
 	log := slog.Default()
-	eng, err := m.NewEngine(s.engine)
+	eng, err := engine.New(m, s.engine)
 	if err != nil {
 		return app.Usage(err)
 	}

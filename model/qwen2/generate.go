@@ -29,7 +29,7 @@ type Request struct {
 	// rest of Prompt runs. Generate reads it; the caller still owns it.
 	Past *Past
 	// KeepPast asks for the completion's Past, for the sequence's next turn. Both
-	// are Generate's: an Engine refuses them.
+	// are Generate's: the continuous-batching engine (model/engine) refuses them.
 	KeepPast bool
 }
 
@@ -40,10 +40,10 @@ type Completion struct {
 	// before top-k/top-p truncation (T = 1 when greedy); see sample.Sampler.Pick.
 	LogProbs []float32
 	// Top[i] are the most likely tokens at Tokens[i]'s position under the same
-	// distribution, when an Engine's sequence asked for them (Sequence.TopLogprobs).
+	// distribution, when an engine's sequence asked for them; Generate leaves it nil.
 	Top [][]sample.Logprob
 	// PromptLogProbs[i] is the log-prob of prompt token i+1 and PromptTop[i] the most
-	// likely tokens there, when an Engine's sequence asked (Sequence.PromptLogprobs).
+	// likely tokens there, when an engine's sequence asked (see PromptScore).
 	PromptLogProbs []float32
 	PromptTop      [][]sample.Logprob
 	Finish         string
@@ -302,7 +302,6 @@ func cutRuns(prompts [][]int64, order, lcp []int, c int) (run []int, n int) {
 type pick struct {
 	tok int
 	lp  float64
-	top []sample.Logprob // an Engine's row that asked for them (Sequence.TopLogprobs)
 }
 
 // pickRows samples row r of logits: [rows·vocab] with the stream of request

@@ -1,7 +1,8 @@
 // Package qwen2 is the Qwen2/Qwen2.5 decoder (https://arxiv.org/abs/2407.10671) on
 // libtorch through gotch: HF config.json and safetensors checkpoints, a forward pass
 // over right-padded batches with explicit positions and masks, a KV cache for
-// incremental decoding, batched seeded sampling and chunked log-probs.
+// incremental decoding, batched seeded sampling (Generate), a running batch whose
+// rows join and leave between decode steps (Decoder) and chunked log-probs.
 //
 // Weight fields carry their HF safetensors key in an `st` tag; load.go walks the
 // struct, so each key is written once, here.

@@ -25,6 +25,10 @@ type Past struct {
 // Len is the number of tokens whose keys and values the Past holds.
 func (p *Past) Len() int { return len(p.ids) }
 
+// Tokens are the tokens whose keys and values the Past holds, in order; the caller
+// does not modify them.
+func (p *Past) Tokens() []int64 { return p.ids }
+
 // Drop frees the keys and values; a second Drop, or one on nil, does nothing.
 func (p *Past) Drop() {
 	if p != nil && p.cache != nil {

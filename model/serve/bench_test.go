@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -140,7 +141,7 @@ func BenchmarkServeConcurrentClients(b *testing.B) {
 
 // benchServer serves m with an engine of rows rows on loopback and returns its URL.
 func benchServer(b *testing.B, m *qwen2.Model, rows int) string {
-	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: rows, TokenBudget: 1 << 19})
+	eng, err := engine.New(m, engine.Config{MaxRows: rows, TokenBudget: 1 << 19})
 	if err != nil {
 		b.Fatal(err)
 	}

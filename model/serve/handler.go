@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/mempo/mempo/internal/httpserve"
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -290,7 +291,7 @@ func (s *Server) jobs(ctx context.Context, in CompletionRequest) ([]*job, *refus
 	wake := make(chan struct{}, 1) // a streamed request's, shared by its jobs
 	for _, p := range prompts {
 		for i := range n {
-			j := &job{ctx: ctx, seq: qwen2.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen,
+			j := &job{ctx: ctx, seq: engine.Sequence{Request: qwen2.Request{Prompt: p, Seed: seed + uint64(i)}, Sampling: cfg, StopWhen: stopWhen,
 				TopLogprobs: k, PromptLogprobs: in.Echo && in.Logprobs != nil},
 				done: make(chan result, 1), arrived: s.now()}
 			if in.Stream {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -70,7 +71,7 @@ func (bytesTok) Decode(ids []int32) string {
 }
 
 // echo is an engine that generates each prompt back, one token per step, stopping
-// as qwen2.Engine does. It admits up to rows sequences (0: any), records the first
+// as engine.Engine does. It admits up to rows sequences (0: any), records the first
 // prompt token of every row of every step and the IDs cancelled, and, when gate is
 // set, holds each step until gate is closed, telling entered first.
 type echo struct {
@@ -84,21 +85,21 @@ type echo struct {
 	next      int
 	steps     [][]int64
 	cancelled []int
-	added     []qwen2.Sequence // every sequence Add took, in order
+	added     []engine.Sequence // every sequence Add took, in order
 }
 
 type echoSeq struct {
-	seq qwen2.Sequence
+	seq engine.Sequence
 	out qwen2.Completion
 }
 
-func (e *echo) Fits(qwen2.Sequence) bool {
+func (e *echo) Fits(engine.Sequence) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.rows == 0 || len(e.seqs) < e.rows
 }
 
-func (e *echo) Add(s qwen2.Sequence) (int, error) {
+func (e *echo) Add(s engine.Sequence) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.seqs == nil {
@@ -125,7 +126,7 @@ func (e *echo) Cancel(id int) {
 	e.cancelled = append(e.cancelled, id)
 }
 
-func (e *echo) Step() ([]qwen2.Finished, error) {
+func (e *echo) Step() ([]engine.Finished, error) {
 	if e.gate != nil {
 		select {
 		case e.entered <- struct{}{}:
@@ -136,7 +137,7 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var step []int64
-	var done []qwen2.Finished
+	var done []engine.Finished
 	var order []int
 	for _, id := range e.order {
 		r, ok := e.seqs[id]
@@ -154,7 +155,7 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 			c.Top = append(c.Top, top)
 		}
 		if r.seq.OnToken != nil {
-			r.seq.OnToken(qwen2.Token{ID: tok, LogProb: c.LogProbs[len(c.LogProbs)-1], Top: top})
+			r.seq.OnToken(engine.Token{ID: tok, LogProb: c.LogProbs[len(c.LogProbs)-1], Top: top})
 		}
 		switch {
 		case sample.Stopped(c.Tokens, cfg.Stop), r.seq.StopWhen != nil && r.seq.StopWhen(c.Tokens):
@@ -165,7 +166,7 @@ func (e *echo) Step() ([]qwen2.Finished, error) {
 			order = append(order, id)
 			continue
 		}
-		done = append(done, qwen2.Finished{ID: id, Completion: *c})
+		done = append(done, engine.Finished{ID: id, Completion: *c})
 		delete(e.seqs, id)
 	}
 	e.order = order

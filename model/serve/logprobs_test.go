@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
@@ -30,7 +31,7 @@ func tinyServer(t *testing.T) string {
 	if err := m.Init(7); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: 1, TokenBudget: 1 << 16})
+	eng, err := engine.New(m, engine.Config{MaxRows: 1, TokenBudget: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
 	}

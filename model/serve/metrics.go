@@ -24,7 +24,7 @@ type metrics struct {
 }
 
 // SlotUser is an engine that reports its KV-cache slots: those its running rows hold
-// and the most it may hold (qwen2.Engine).
+// and the most it may hold (engine.Engine).
 type SlotUser interface {
 	Slots() (used, total int)
 }

@@ -5,14 +5,14 @@
 // share one copy of the policy on one accelerator.
 //
 // Requests are batched continuously: one scheduler goroutine (Run) owns a decode
-// engine (qwen2.Engine) and, between any two decode steps, admits waiting requests
-// in arrival order while the engine's limits allow (rows, and a token budget of the
-// KV cache), and answers each request as soon as its row finishes, so a short
-// completion never waits for a long one and a new request never waits for a batch
-// to end. Rows of different sampling settings share a step. Every request samples
-// from its own seeded stream, so what joins or leaves around it does not choose its
-// tokens: they equal qwen2.Generate's for that request alone, up to the
-// floating-point caveat stated there.
+// engine (model/engine's Engine, beside this package) and, between any two decode
+// steps, admits waiting requests in arrival order while the engine's limits allow
+// (rows, and a token budget of the KV cache), and answers each request as soon as
+// its row finishes, so a short completion never waits for a long one and a new
+// request never waits for a batch to end. Rows of different sampling settings share
+// a step. Every request samples from its own seeded stream, so what joins or leaves
+// around it does not choose its tokens: they equal qwen2.Generate's for that request
+// alone, up to the floating-point caveat stated there.
 package serve
 
 import (
@@ -25,21 +25,22 @@ import (
 
 	"github.com/mempo/mempo/internal/httpserve"
 	"github.com/mempo/mempo/model/chat"
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 )
 
 // ErrConfig marks an unusable server config; messages name the flag.
 var ErrConfig = errors.New("invalid serve config")
 
-// Engine decodes a changing batch of sequences; *qwen2.Engine is one. Only the
+// Engine decodes a changing batch of sequences; *engine.Engine is one. Only the
 // server's Run calls it, from one goroutine: Fits asks whether a sequence may join
 // now, Add prefills it, Step decodes one token for every row and returns those that
 // finished, and Cancel drops one. A Step error drops every sequence the engine held.
 type Engine interface {
-	Fits(s qwen2.Sequence) bool
-	Add(s qwen2.Sequence) (int, error)
+	Fits(s engine.Sequence) bool
+	Add(s engine.Sequence) (int, error)
 	Cancel(id int)
-	Step() ([]qwen2.Finished, error)
+	Step() ([]engine.Finished, error)
 }
 
 // Tokenizer encodes stop strings and string prompts and decodes completions.
@@ -64,7 +65,7 @@ type Model struct {
 }
 
 // Config bounds what the server accepts. The batch's own limits are the engine's
-// (qwen2.EngineConfig).
+// (engine.Config).
 type Config struct {
 	// MaxTokens is the largest max_tokens accepted.
 	MaxTokens int `json:"max_tokens"`
@@ -142,7 +143,7 @@ type Server struct {
 // job is one request waiting for, or in, the running batch.
 type job struct {
 	ctx  context.Context
-	seq  qwen2.Sequence
+	seq  engine.Sequence
 	done chan result // buffered: Run never waits for the handler
 	// arrived is when its request was read; start is when the job joined the batch,
 	// its prompt prefilled and its first token sampled.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
@@ -76,11 +77,11 @@ type ChatDelta struct {
 // wakes the handler.
 type feed struct {
 	mu     sync.Mutex
-	tokens []qwen2.Token
+	tokens []engine.Token
 	wake   chan struct{} // buffered 1, shared by a request's jobs
 }
 
-func (f *feed) add(t qwen2.Token) {
+func (f *feed) add(t engine.Token) {
 	f.mu.Lock()
 	f.tokens = append(f.tokens, t)
 	f.mu.Unlock()
@@ -91,10 +92,10 @@ func (f *feed) add(t qwen2.Token) {
 }
 
 // since is the tokens from the from-th on.
-func (f *feed) since(from int) []qwen2.Token {
+func (f *feed) since(from int) []engine.Token {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]qwen2.Token(nil), f.tokens[min(from, len(f.tokens)):]...)
+	return append([]engine.Token(nil), f.tokens[min(from, len(f.tokens)):]...)
 }
 
 // streamer sends a streamed request's events.
@@ -113,7 +114,7 @@ type streamer struct {
 type choiceStream struct {
 	index int
 	ids   []int32
-	lps   []qwen2.Token
+	lps   []engine.Token
 	text  int // bytes of text sent, the echoed prompt's included
 	toks  int // generated tokens whose log-probs were sent
 	lp    *lpWriter
@@ -225,7 +226,7 @@ func waitAll(ctx context.Context, jobs []*job) <-chan doneJob {
 // characters and, when stops are matched on the text, not the last token's, which a
 // stop may cut), with the log-probs of the tokens it covers; under echo the prompt
 // comes first, once its log-probs are known.
-func (st *streamer) advance(c *choiceStream, toks []qwen2.Token) {
+func (st *streamer) advance(c *choiceStream, toks []engine.Token) {
 	if len(toks) == 0 && c.echoed {
 		return
 	}

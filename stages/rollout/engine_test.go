@@ -21,6 +21,7 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/serve"
 	"github.com/mempo/mempo/model/torch"
@@ -28,7 +29,7 @@ import (
 
 // servePolicy starts `mempo serve-policy`'s server over the fixture's policy on a
 // loopback listener, its batch bounded by ecfg, and returns its URL.
-func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string {
+func servePolicy(t testing.TB, cfg serve.Config, ecfg engine.Config) string {
 	t.Helper()
 	f := testFixture(t)
 	m, err := qwen2.Load(f.policy, qwen2.Options{Device: "cpu"})
@@ -36,7 +37,7 @@ func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Drop)
-	eng, err := m.NewEngine(ecfg)
+	eng, err := engine.New(m, ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func servePolicy(t testing.TB, cfg serve.Config, ecfg qwen2.EngineConfig) string
 
 // serveEngine serves eng, an engine over m, as servePolicy does; stop shuts the server
 // down (after it, the engine is the caller's again) and runs at cleanup too.
-func serveEngine(t testing.TB, cfg serve.Config, m *qwen2.Model, eng *qwen2.Engine) (url string, stop func()) {
+func serveEngine(t testing.TB, cfg serve.Config, m *qwen2.Model, eng *engine.Engine) (url string, stop func()) {
 	t.Helper()
 	f := testFixture(t)
 	srv, err := serve.New(serve.Model{Name: "tiny", Engine: eng, Tok: f.tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, cfg, nil)
@@ -80,8 +81,8 @@ func TestServerEngineMatchesLocal(t *testing.T) {
 	}
 	f := testFixture(t)
 	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index, Engine: DefaultEngineClient()}
-	one := servePolicy(t, serve.DefaultConfig(), qwen2.EngineConfig{MaxRows: 1, TokenBudget: 1 << 20})
-	many := servePolicy(t, serve.DefaultConfig(), qwen2.EngineConfig{MaxRows: 16, TokenBudget: 1 << 20})
+	one := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 1, TokenBudget: 1 << 20})
+	many := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 16, TokenBudget: 1 << 20})
 	for _, c := range []struct {
 		name  string
 		temp  float64
@@ -145,7 +146,7 @@ func TestServerPrefixCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Drop)
-	eng, err := m.NewEngine(qwen2.EngineConfig{MaxRows: 16, TokenBudget: 1 << 20, PrefixCache: 1 << 16})
+	eng, err := engine.New(m, engine.Config{MaxRows: 16, TokenBudget: 1 << 20, PrefixCache: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestRemoteFailures(t *testing.T) {
 // rollout of 16 episodes). Figures only.
 func BenchmarkServerEngine(b *testing.B) {
 	f := testFixture(b)
-	url := servePolicy(b, serve.DefaultConfig(), qwen2.DefaultEngineConfig())
+	url := servePolicy(b, serve.DefaultConfig(), engine.DefaultConfig())
 	cfg := serverConfig(DefaultConfig(), url)
 	cfg.MaxNewTokens = 64
 	cfg.Protocol = protocol.Default()

@@ -1,4 +1,4 @@
-package qwen2
+package engine
 
 import (
 	stdcmp "cmp"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
 
@@ -16,9 +17,9 @@ import (
 // lists are sorted; and the prompt's log-probs are those LogProbs scores for the
 // prompt at the sequence's temperature (within 1e-5: other shapes).
 func TestEngineLogprobs(t *testing.T) {
-	m := newTestModel(t, testConfig(), Options{})
+	m := newTestModel(t, testConfig(), qwen2.Options{})
 	live := liveTensors()
-	e, err := m.NewEngine(EngineConfig{MaxRows: 4, TokenBudget: 1 << 20, PrefixCache: 1 << 10})
+	e, err := New(m, Config{MaxRows: 4, TokenBudget: 1 << 20, PrefixCache: 1 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestEngineLogprobs(t *testing.T) {
 			}
 		}
 		seq := asked[i].seq
-		want, err := m.LogProbs([]Pair{{Context: seq.Prompt[:1], Response: seq.Prompt[1:]}}, ScoreConfig{Temperature: seq.Sampling.Temperature})
+		want, err := m.LogProbs([]qwen2.Pair{{Context: seq.Prompt[:1], Response: seq.Prompt[1:]}}, qwen2.ScoreConfig{Temperature: seq.Sampling.Temperature})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,8 +14,8 @@ type rowSlots struct {
 }
 
 // packRows returns a cache of capacity slots whose row i holds the slots of rows[i]
-// packed from slot 0, in order; its length is the longest list. This is how an
-// Engine appends joining rows to its running cache and drops the slots rows left
+// packed from slot 0, in order; its length is the longest list. This is how a
+// Decoder appends joining rows to its running cache and drops the slots rows left
 // unused (slots of finished neighbours, or of a shorter prompt): one gather per run
 // of rows from the same cache, the same index for every layer.
 //

@@ -1,4 +1,12 @@
-package qwen2
+// Package engine decodes a changing set of sequences of a qwen2 model together
+// (continuous batching): sequences join the running batch between decode steps and
+// leave it as soon as they finish, each with its own sampling settings, seeded
+// stream, stop rules and max_tokens. It is the policy server's (model/serve) decode
+// engine. The engine owns admission (a row and KV-cache token budget), sampling,
+// stop rules, cancellation and a store of finished sequences' keys and values for
+// prompts that extend them; the model's side, prefill, packing rows into the running
+// cache and the decode pass, is qwen2.Decoder's.
+package engine
 
 import (
 	"errors"
@@ -6,20 +14,22 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync"
 
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
 )
 
-// Errors of an Engine: an unusable EngineConfig, and a sequence it has no room for
-// under its EngineConfig.
+// Errors of an Engine: an unusable Config, and a sequence it has no room for under
+// its Config.
 var (
-	ErrEngineConfig = errors.New("invalid engine config")
-	ErrEngineFull   = errors.New("engine full")
+	ErrConfig = errors.New("invalid engine config")
+	ErrFull   = errors.New("engine full")
 )
 
-// EngineConfig bounds an Engine's running batch.
-type EngineConfig struct {
+// Config bounds an Engine's running batch.
+type Config struct {
 	// MaxRows is the most sequences decoded together in one step.
 	MaxRows int `json:"max_rows"`
 	// TokenBudget bounds the running batch's KV cache, in token slots: rows × slots.
@@ -37,24 +47,24 @@ type EngineConfig struct {
 	PrefixCache int `json:"prefix_cache"`
 }
 
-// DefaultEngineConfig is 64 rows and 2¹⁹ token slots: 64 sequences of 8k tokens.
-func DefaultEngineConfig() EngineConfig {
-	return EngineConfig{MaxRows: 64, TokenBudget: 1 << 19}
+// DefaultConfig is 64 rows and 2¹⁹ token slots: 64 sequences of 8k tokens.
+func DefaultConfig() Config {
+	return Config{MaxRows: 64, TokenBudget: 1 << 19}
 }
 
 // Sequence is one request of an Engine, with its own sampling settings.
 type Sequence struct {
-	Request
+	qwen2.Request
 	Sampling sample.Config
 	// StopWhen, when set, is also asked after every token whether the completion so
 	// far ends the sequence, as a stop string matched on the decoded text does; it
 	// finishes with FinishStop.
 	StopWhen func(tokens []int64) bool
 	// TopLogprobs asks for the k most likely tokens at every sampled position
-	// (Completion.Top), under the distribution of Completion.LogProbs.
+	// (qwen2.Completion.Top), under the distribution of Completion.LogProbs.
 	TopLogprobs int
 	// PromptLogprobs asks for the log-prob of every prompt token after the first and
-	// its TopLogprobs alternatives (Completion.PromptLogProbs, PromptTop). Such a
+	// its TopLogprobs alternatives (qwen2.Completion.PromptLogProbs, PromptTop). Such a
 	// prompt is prefilled whole, never from a stored prefix, whose logits are gone.
 	PromptLogprobs bool
 	// OnToken, when set, is told each token as it is sampled, before the sequence
@@ -73,17 +83,16 @@ type Token struct {
 // Finished is a sequence's completion, named by the ID Add returned.
 type Finished struct {
 	ID int
-	Completion
+	qwen2.Completion
 }
 
 // Engine decodes a changing set of sequences together (continuous batching):
 // sequences join between decode steps and leave as soon as they finish, so a long
 // completion never holds back the requests behind it. Add prefills a sequence on
-// its own (one forward over its prompt, exactly as Generate runs a batch of one)
-// and samples its first token; the next Step appends its keys and values to the
-// running cache, every running row packed to its own tokens from slot 0 (see
-// packRows), and decodes one token for every row. Rows share slot positions and the
-// mask says which slots each row holds, as in Batch.
+// its own (qwen2.Decoder.Prefill: one forward over its prompt, exactly as
+// qwen2.Generate runs a batch of one) and samples its first token; the next Step
+// joins its keys and values to the running batch (Decoder.Join) and decodes one
+// token for every row (Decoder.Step).
 //
 // Each sequence samples with its own settings and its own seeded stream, so rows
 // of different temperatures, top-k, top-p, stop sequences and max_tokens share a
@@ -92,20 +101,17 @@ type Finished struct {
 // in the last bits with the batch's shape; TestEngineMatchesGenerate checks
 // identity of tokens and 1e-5 on log-probs while sequences join and leave around it).
 //
-// Lifecycle: NewEngine, then Fits, Add, Cancel and Step from one goroutine, and
-// Close. Tensor work runs on the torch thread (torch.Do), one OS thread whose
-// allocations come from one malloc arena, so a long-running server's RSS stays
-// flat. The engine fuses the model's projections (see fused) while it holds any
-// sequence and frees them when it empties, as Generate does per call.
+// Lifecycle: New, then Fits, Add, Cancel and Step from one goroutine, and Close.
+// Tensor work runs on the torch thread (torch.Do), one OS thread whose allocations
+// come from one malloc arena, so a long-running server's RSS stays flat. The
+// decoder fuses the model's projections while the engine holds any sequence and
+// frees them when it empties, as Generate does per call.
 type Engine struct {
-	m   *Model
-	cfg EngineConfig
-	fs  []fused
-	// cache holds the running rows' keys and values (nil when none run); rows[r]
-	// is its row r and valid[r] the slots that row holds.
-	cache   *Cache
+	m   *qwen2.Model
+	cfg Config
+	// dec holds the running rows; rows[r] is its row r.
+	dec     *qwen2.Decoder
 	rows    []*sequence
-	valid   [][]bool
 	pending []*sequence // prefilled, joining at the next Step
 	done    []Finished  // finished, reported by the next Step
 	held    map[int]*sequence
@@ -128,8 +134,8 @@ type sequence struct {
 	topK      int // Sequence.TopLogprobs
 	key       pickKey
 	rng       *rand.Rand
-	out       Completion
-	cache     *Cache // while pending: the prompt's keys and values
+	out       qwen2.Completion
+	row       *qwen2.Row // while pending: the prompt's keys and values
 	cancelled bool
 }
 
@@ -140,12 +146,12 @@ type pickKey struct {
 	topP float64
 }
 
-// NewEngine returns an empty engine over m.
-func (m *Model) NewEngine(cfg EngineConfig) (*Engine, error) {
+// New returns an empty engine over m.
+func New(m *qwen2.Model, cfg Config) (*Engine, error) {
 	if cfg.MaxRows < 1 || cfg.TokenBudget < 1 || cfg.PrefixCache < 0 {
-		return nil, fmt.Errorf("engine: max_rows %d, token_budget %d, prefix_cache %d: want at least 1, 1 and 0: %w", cfg.MaxRows, cfg.TokenBudget, cfg.PrefixCache, ErrEngineConfig)
+		return nil, fmt.Errorf("engine: max_rows %d, token_budget %d, prefix_cache %d: want at least 1, 1 and 0: %w", cfg.MaxRows, cfg.TokenBudget, cfg.PrefixCache, ErrConfig)
 	}
-	e := &Engine{m: m, cfg: cfg, held: map[int]*sequence{}}
+	e := &Engine{m: m, cfg: cfg, dec: m.NewDecoder(), held: map[int]*sequence{}}
 	if cfg.PrefixCache > 0 {
 		e.prefix = &prefixes{budget: cfg.PrefixCache}
 	}
@@ -194,7 +200,7 @@ func (e *Engine) Fits(s Sequence) bool {
 
 // Slots reports the KV-cache token slots the running rows reserve (rows × the
 // padded length they may reach, as Fits counts them) and the budget they share
-// (EngineConfig.TokenBudget).
+// (Config.TokenBudget).
 func (e *Engine) Slots() (used, total int) {
 	rows := len(e.rows) + len(e.pending)
 	if rows == 0 {
@@ -206,7 +212,7 @@ func (e *Engine) Slots() (used, total int) {
 
 // Add checks s, prefills its prompt and samples its first token; it returns the ID
 // Step reports its completion under. A sequence that does not fit (see Fits) is
-// refused with ErrEngineFull.
+// refused with ErrFull.
 func (e *Engine) Add(s Sequence) (id int, err error) {
 	samp := pickKey{s.Sampling.Temperature, s.Sampling.TopK, s.Sampling.TopP}
 	switch {
@@ -217,12 +223,9 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	case len(s.Prompt) >= e.m.Config.MaxPositions:
 		return 0, fmt.Errorf("engine: prompt of %d tokens leaves no room within max_position_embeddings %d: shorten the prompt", len(s.Prompt), e.m.Config.MaxPositions)
 	case !e.Fits(s):
-		return 0, fmt.Errorf("engine: a prompt of %d tokens with max_tokens %d beside %d rows: %w", len(s.Prompt), s.Sampling.MaxNewTokens, len(e.rows)+len(e.pending), ErrEngineFull)
+		return 0, fmt.Errorf("engine: a prompt of %d tokens with max_tokens %d beside %d rows: %w", len(s.Prompt), s.Sampling.MaxNewTokens, len(e.rows)+len(e.pending), ErrFull)
 	}
 	if err := s.Sampling.Validate(); err != nil {
-		return 0, fmt.Errorf("engine: %w", err)
-	}
-	if err := e.m.Config.checkTokens(s.Prompt); err != nil {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
 	q := &sequence{id: e.nextID, prompt: len(s.Prompt), stop: s.Sampling.Stop, stopWhen: s.StopWhen, onToken: s.OnToken, topK: s.TopLogprobs, key: samp, rng: sample.NewRNG(s.Seed),
@@ -230,40 +233,58 @@ func (e *Engine) Add(s Sequence) (id int, err error) {
 	if e.prefix != nil {
 		q.ids = s.Prompt
 	}
-	defer e.idle()
+	var past *qwen2.Past
+	var reuse int
+	var score *qwen2.PromptScore
+	if s.PromptLogprobs {
+		score = &qwen2.PromptScore{Temperature: samp.temp, Top: s.TopLogprobs}
+	} else if e.prefix != nil {
+		past, reuse = e.prefix.best(s.Prompt)
+	}
 	defer torch.Catch(fmt.Sprintf("engine: prefill of a prompt of %d tokens", len(s.Prompt)), &err)
-	torch.DoNoGrad(func() {
-		if e.fs == nil {
-			e.fs = e.m.fuse()
-		}
-		cache := e.m.NewCache(1, len(s.Prompt))
-		keep := false
-		defer func() {
-			if !keep {
-				cache.Drop()
-			}
-		}()
-		var see func(h torch.Raw)
-		if s.PromptLogprobs {
-			see = func(h torch.Raw) {
-				q.out.PromptLogProbs, q.out.PromptTop = e.m.scorePrompt(h, s.Prompt, samp.temp, s.TopLogprobs)
-			}
-		}
-		logits := e.m.lastLogitsSeeing(e.prefill(s.Prompt, cache, !s.PromptLogprobs), cache, e.fs, see)
-		tok, lp := e.sampler(0, samp).Pick(logits, q.rng)
-		if q.push(tok, lp, sample.TopLogprobs(logits, samp.temp, q.topK)) {
-			e.done = append(e.done, Finished{ID: q.id, Completion: q.out})
-			if e.prefix != nil {
-				e.prefix.add(e.m.keepPast(cache, 0, slices.Repeat([]bool{true}, len(s.Prompt)), s.Prompt))
-			}
-		} else {
-			q.cache, keep = cache, true
-			e.pending = append(e.pending, q)
-		}
-	})
+	torch.DoNoGrad(func() { err = e.admit(q, s.Prompt, past, reuse, score) })
+	if err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
 	e.held[q.id] = q
 	e.nextID++
 	return q.id, nil
+}
+
+// admit prefills q's prompt (from reuse tokens of past, when set; scoring it, when
+// score is set) and samples its first token: q finishes there or waits to join.
+func (e *Engine) admit(q *sequence, prompt []int64, past *qwen2.Past, reuse int, score *qwen2.PromptScore) error {
+	row, logits, err := e.dec.Prefill(prompt, past, reuse, score)
+	if err != nil {
+		return err
+	}
+	if past != nil {
+		e.prefix.use(past, reuse)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			row.Drop()
+		}
+	}()
+	if score != nil {
+		q.out.PromptLogProbs, q.out.PromptTop = score.LogProbs, score.TopTokens
+	}
+	tok, lp := e.sampler(0, q.key).Pick(logits, q.rng)
+	if !q.push(tok, lp, sample.TopLogprobs(logits, q.key.temp, q.topK)) {
+		q.row, keep = row, true
+		e.pending = append(e.pending, q)
+		return nil
+	}
+	if e.prefix != nil {
+		p, err := row.Past()
+		if err != nil {
+			return err
+		}
+		e.prefix.add(p)
+	}
+	e.done = append(e.done, Finished{ID: q.id, Completion: q.out})
+	return nil
 }
 
 // push appends a sampled token, with the most likely tokens at its position when
@@ -281,9 +302,9 @@ func (s *sequence) push(tok int, lp float64, top []sample.Logprob) bool {
 	}
 	switch {
 	case sample.Stopped(c.Tokens, s.stop), s.stopWhen != nil && s.stopWhen(c.Tokens):
-		c.Finish = FinishStop
+		c.Finish = qwen2.FinishStop
 	case len(c.Tokens) >= s.limit:
-		c.Finish = FinishLength
+		c.Finish = qwen2.FinishLength
 	default:
 		return false
 	}
@@ -310,19 +331,22 @@ func (e *Engine) Step() (done []Finished, err error) {
 			e.Close()
 		}
 	}()
-	defer torch.Catch(fmt.Sprintf("engine: step of %d rows and %d joining", len(e.rows), len(e.pending)), &err)
+	what := fmt.Sprintf("engine: step of %d rows and %d joining", len(e.rows), len(e.pending))
+	defer torch.Catch(what, &err)
 	torch.DoNoGrad(func() {
-		e.step()
+		err = e.step()
 	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	done, e.done = e.done, nil
 	for _, f := range done {
 		delete(e.held, f.ID)
 	}
-	e.idle()
 	return done, nil
 }
 
-func (e *Engine) step() {
+func (e *Engine) step() error {
 	var live []int
 	for r, s := range e.rows {
 		if !s.cancelled {
@@ -331,97 +355,88 @@ func (e *Engine) step() {
 	}
 	e.pending = slices.DeleteFunc(e.pending, func(s *sequence) bool {
 		if s.cancelled {
-			s.cache.Drop()
+			s.row.Drop()
 		}
 		return s.cancelled
 	})
 	switch {
 	case len(e.pending) > 0:
-		e.join(live)
+		if err := e.join(live); err != nil {
+			return err
+		}
 	case len(live) < len(e.rows):
-		e.keep(live)
+		if err := e.keep(live); err != nil {
+			return err
+		}
 	}
 	if len(e.rows) == 0 {
-		return
+		return nil
 	}
-	tokens, start := make([][]int64, len(e.rows)), make([]int, len(e.rows))
+	tokens := make([]int64, len(e.rows))
 	for r, s := range e.rows {
-		tokens[r] = s.out.Tokens[len(s.out.Tokens)-1:]
-		start[r] = s.cached()
+		tokens[r] = s.out.Tokens[len(s.out.Tokens)-1]
 	}
-	b := NewBatch(tokens, start, e.valid, e.cache.Len())
-	e.valid = b.Valid
-	logits := e.m.lastLogits(b, e.cache, e.fs)
+	logits, err := e.dec.Step(tokens)
+	if err != nil {
+		return err
+	}
 	picks := make([]pick, len(e.rows))
 	e.pick(logits, picks)
 	live = live[:0]
 	for r, s := range e.rows {
-		if s.push(picks[r].tok, picks[r].lp, picks[r].top) {
-			e.done = append(e.done, Finished{ID: s.id, Completion: s.out})
-			if e.prefix != nil {
-				e.prefix.add(e.m.keepPast(e.cache, r, e.valid[r], slices.Concat(s.ids, s.out.Tokens[:len(s.out.Tokens)-1])))
-			}
-		} else {
+		if !s.push(picks[r].tok, picks[r].lp, picks[r].top) {
 			live = append(live, r)
+			continue
 		}
+		if e.prefix != nil {
+			p, err := e.dec.Past(r, slices.Concat(s.ids, s.out.Tokens[:len(s.out.Tokens)-1]))
+			if err != nil {
+				return err
+			}
+			e.prefix.add(p)
+		}
+		e.done = append(e.done, Finished{ID: s.id, Completion: s.out})
 	}
 	if len(live) < len(e.rows) {
-		e.keep(live)
+		return e.keep(live)
 	}
+	return nil
 }
 
-// join packs the running rows live and the pending ones into a new cache with
+// join packs the running rows live and the pending ones into the running batch, with
 // room for all of them to run to their end.
-func (e *Engine) join(live []int) {
+func (e *Engine) join(live []int) error {
 	var rows []*sequence
-	var parts []rowSlots
+	var joining []*qwen2.Row
 	for _, r := range live {
-		var slots []int
-		for k, ok := range e.valid[r] {
-			if ok {
-				slots = append(slots, k)
-			}
-		}
 		rows = append(rows, e.rows[r])
-		parts = append(parts, rowSlots{from: e.cache, row: r, slots: slots})
 	}
 	for _, s := range e.pending {
 		rows = append(rows, s)
-		parts = append(parts, rowSlots{from: s.cache, row: 0, slots: seq(s.prompt)})
+		joining = append(joining, s.row)
+		s.row = nil
 	}
+	e.rows, e.pending = rows, nil
 	width, room := extent(rows)
-	cache := e.m.packRows(parts, width+room)
-	if e.cache != nil {
-		e.cache.Drop()
-	}
-	for _, s := range e.pending {
-		s.cache.Drop()
-		s.cache = nil
-	}
-	e.cache, e.rows, e.pending = cache, rows, nil
-	e.valid = make([][]bool, len(rows))
-	for r, s := range rows {
-		e.valid[r] = make([]bool, width)
-		for k := range s.cached() {
-			e.valid[r][k] = true
-		}
-	}
+	return e.dec.Join(live, joining, width+room)
 }
 
 // keep retains the running rows live, in order.
-func (e *Engine) keep(live []int) {
-	if len(live) == 0 {
-		e.cache.Drop()
-		e.cache, e.rows, e.valid = nil, nil, nil
-		return
-	}
-	idx := make([]int64, len(live))
-	rows, valid := make([]*sequence, len(live)), make([][]bool, len(live))
+func (e *Engine) keep(live []int) error {
+	rows := make([]*sequence, len(live))
 	for j, r := range live {
-		idx[j], rows[j], valid[j] = int64(r), e.rows[r], e.valid[r]
+		rows[j] = e.rows[r]
 	}
-	e.cache.Keep(idx)
-	e.rows, e.valid = rows, valid
+	e.rows = rows
+	return e.dec.Keep(live)
+}
+
+// pick is one sampled token, its log-probability and, when its row asked for them,
+// the most likely tokens at its position.
+type pick struct {
+	tok int
+	lp  float64
+	top []sample.Logprob
 }
 
 // pick samples row r of logits: [rows·vocab] with row r's sampler and stream into
@@ -462,32 +477,51 @@ func (e *Engine) sampler(w int, k pickKey) *sample.Sampler {
 	return s
 }
 
-// idle frees the fused projections once the engine holds no rows.
-func (e *Engine) idle() {
-	if e.fs != nil && len(e.rows) == 0 && len(e.pending) == 0 {
-		freeFused(e.fs)
-		e.fs = nil
+// spread runs run(w) for every worker w in [0, n) at once, worker 0 on the calling
+// goroutine, and returns when all have. A worker's panic with an error or string
+// value (a NaN logit) is raised again in the caller, where Step's catch converts
+// it; a runtime.Error is a bug and crashes in the worker, with its stack.
+func spread(n int, run func(w int)) {
+	var wg sync.WaitGroup
+	fail := make([]any, n)
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				r := recover()
+				if _, bug := r.(runtime.Error); bug {
+					panic(r)
+				}
+				fail[w] = r
+			}()
+			run(w)
+		}()
+	}
+	run(0)
+	wg.Wait()
+	for _, f := range fail {
+		if f != nil {
+			panic(f)
+		}
 	}
 }
 
 // Close drops every held sequence and frees the engine's tensors; the engine stays
 // usable.
 func (e *Engine) Close() {
-	if e.cache != nil {
-		e.cache.Drop()
-	}
 	for _, s := range e.pending {
-		s.cache.Drop()
+		s.row.Drop()
 	}
-	e.cache, e.rows, e.valid, e.pending, e.done = nil, nil, nil, nil, nil
+	e.dec.Close()
+	e.rows, e.pending, e.done = nil, nil, nil
 	clear(e.held)
 	if e.prefix != nil {
 		e.prefix.drop()
 	}
-	e.idle()
 }
 
-// PrefixStats reports the reuse of stored prefixes (see EngineConfig.PrefixCache).
+// PrefixStats reports the reuse of stored prefixes (see Config.PrefixCache).
 func (e *Engine) PrefixStats() PrefixStats {
 	if e.prefix == nil {
 		return PrefixStats{}
@@ -495,27 +529,4 @@ func (e *Engine) PrefixStats() PrefixStats {
 	st := e.prefix.stats
 	st.Held = e.prefix.held
 	return st
-}
-
-// prefill lays out a sequence's prefill into its one-row cache: the whole prompt, or,
-// when reuse is set and a stored prefix serves its first tokens, those copied into
-// the cache and the rest of the prompt.
-func (e *Engine) prefill(prompt []int64, cache *Cache, reuse bool) Batch {
-	if e.prefix != nil && reuse {
-		if p, n := e.prefix.best(prompt); n > 0 {
-			cache.copyPast(0, p, n)
-			cache.len = int64(n)
-			return NewBatch([][]int64{prompt[n:]}, []int{n}, [][]bool{slices.Repeat([]bool{true}, n)}, n)
-		}
-	}
-	return NewBatch([][]int64{prompt}, []int{0}, nil, 0)
-}
-
-// seq is 0, 1, …, n-1.
-func seq(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package qwen2
+package engine
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 )
 
@@ -30,7 +31,7 @@ func engineCases() []engineCase {
 	var out []engineCase
 	for i := range 10 {
 		out = append(out, engineCase{
-			seq:  Sequence{Request: Request{Prompt: randomTokens(rng, 2+rng.IntN(20), 97), Seed: uint64(300 + i)}, Sampling: settings[i%len(settings)]},
+			seq:  Sequence{Request: qwen2.Request{Prompt: randomTokens(rng, 2+rng.IntN(20), 97), Seed: uint64(300 + i)}, Sampling: settings[i%len(settings)]},
 			join: []int{0, 0, 1, 3, 3, 4, 7, 8, 8, 15}[i],
 		})
 	}
@@ -44,9 +45,9 @@ func engineCases() []engineCase {
 // steps until every sequence has finished and returns the completions in case
 // order, with the most rows one step decoded and how many sequences joined rows
 // already running; cancel names cases to cancel two steps after they join.
-func runEngine(t *testing.T, e *Engine, cases []engineCase, cancel map[int]bool) (out []Completion, widest, joined int) {
+func runEngine(t *testing.T, e *Engine, cases []engineCase, cancel map[int]bool) (out []qwen2.Completion, widest, joined int) {
 	t.Helper()
-	out = make([]Completion, len(cases))
+	out = make([]qwen2.Completion, len(cases))
 	ids := map[int]int{}
 	cancelAt := map[int][]int{}
 	next := 0
@@ -73,8 +74,8 @@ func runEngine(t *testing.T, e *Engine, cases []engineCase, cancel map[int]bool)
 			t.Fatalf("step %d: %v", step, err)
 		}
 		widest = max(widest, len(e.rows))
-		if n := len(e.rows); n > 1 && n*int(e.cache.cap) > e.cfg.TokenBudget {
-			t.Errorf("step %d: %d rows of %d slots, over the token budget %d", step, n, e.cache.cap, e.cfg.TokenBudget)
+		if n := len(e.rows); n > 1 && n*e.dec.Cap() > e.cfg.TokenBudget {
+			t.Errorf("step %d: %d rows of %d slots, over the token budget %d", step, n, e.dec.Cap(), e.cfg.TokenBudget)
 		}
 		for _, f := range done {
 			i, ok := ids[f.ID]
@@ -101,26 +102,26 @@ func runEngine(t *testing.T, e *Engine, cases []engineCase, cancel map[int]bool)
 // log-probs within 1e-5 (the floating-point caveat of Generate). A cancelled
 // neighbour changes nothing, and every tensor is freed at the end.
 func TestEngineMatchesGenerate(t *testing.T) {
-	m := newTestModel(t, testConfig(), Options{})
+	m := newTestModel(t, testConfig(), qwen2.Options{})
 	cases := engineCases()
-	want := make([]Completion, len(cases))
+	want := make([]qwen2.Completion, len(cases))
 	for i, c := range cases {
-		want[i] = generate(t, m, []Request{c.seq.Request}, c.seq.Sampling)[0]
+		want[i] = generate(t, m, []qwen2.Request{c.seq.Request}, c.seq.Sampling)[0]
 	}
 	for _, tt := range []struct {
 		name   string
-		cfg    EngineConfig
+		cfg    Config
 		cancel map[int]bool
 		rows   int // rows one step should reach
 	}{
-		{"default", DefaultEngineConfig(), nil, 5},
-		{"three rows", EngineConfig{MaxRows: 3, TokenBudget: 1 << 20}, nil, 3},
-		{"tight budget", EngineConfig{MaxRows: 64, TokenBudget: 150}, nil, 3},
-		{"cancel", DefaultEngineConfig(), map[int]bool{1: true, 4: true}, 4},
+		{"default", DefaultConfig(), nil, 5},
+		{"three rows", Config{MaxRows: 3, TokenBudget: 1 << 20}, nil, 3},
+		{"tight budget", Config{MaxRows: 64, TokenBudget: 150}, nil, 3},
+		{"cancel", DefaultConfig(), map[int]bool{1: true, 4: true}, 4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			live := liveTensors()
-			e, err := m.NewEngine(tt.cfg)
+			e, err := New(m, tt.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,14 +155,14 @@ func TestEngineMatchesGenerate(t *testing.T) {
 // TestEngineAloneExact: a sequence decoded alone in an engine is Generate's, log-
 // probs to the bit (the same forward calls on the same shapes).
 func TestEngineAloneExact(t *testing.T) {
-	m := newTestModel(t, testConfig(), Options{})
-	e, err := m.NewEngine(EngineConfig{MaxRows: 1, TokenBudget: 1 << 20})
+	m := newTestModel(t, testConfig(), qwen2.Options{})
+	e, err := New(m, Config{MaxRows: 1, TokenBudget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 	for i, c := range engineCases() {
-		want := generate(t, m, []Request{c.seq.Request}, c.seq.Sampling)[0]
+		want := generate(t, m, []qwen2.Request{c.seq.Request}, c.seq.Sampling)[0]
 		c.join = 0
 		done, _, _ := runEngine(t, e, []engineCase{c}, nil)
 		got := done[0]
@@ -174,12 +175,12 @@ func TestEngineAloneExact(t *testing.T) {
 // TestEngineLimits: Fits and Add keep the running batch within MaxRows and the
 // token budget, and an empty engine takes any sequence.
 func TestEngineLimits(t *testing.T) {
-	m := newTestModel(t, testConfig(), Options{})
+	m := newTestModel(t, testConfig(), qwen2.Options{})
 	seq := func(prompt, maxNew int) Sequence {
-		return Sequence{Request: Request{Prompt: make([]int64, prompt)}, Sampling: sample.Config{MaxNewTokens: maxNew}}
+		return Sequence{Request: qwen2.Request{Prompt: make([]int64, prompt)}, Sampling: sample.Config{MaxNewTokens: maxNew}}
 	}
 	// Two rows of 10 + 9 tokens need 2 × (10 + 9) = 38 slots.
-	e, err := m.NewEngine(EngineConfig{MaxRows: 2, TokenBudget: 38})
+	e, err := New(m, Config{MaxRows: 2, TokenBudget: 38})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +205,8 @@ func TestEngineLimits(t *testing.T) {
 			t.Errorf("%s: Fits = %v, want %v", tt.name, got, tt.want)
 		}
 	}
-	if _, err := e.Add(seq(11, 10)); !errors.Is(err, ErrEngineFull) {
-		t.Errorf("Add over the budget = %v, want ErrEngineFull", err)
+	if _, err := e.Add(seq(11, 10)); !errors.Is(err, ErrFull) {
+		t.Errorf("Add over the budget = %v, want ErrFull", err)
 	}
 	if _, err := e.Add(seq(10, 10)); err != nil {
 		t.Fatal(err)
@@ -213,8 +214,8 @@ func TestEngineLimits(t *testing.T) {
 	if used, total := e.Slots(); used != 38 || total != 38 {
 		t.Errorf("Slots = %d of %d with two rows of 10 + 9, want 38 of 38", used, total)
 	}
-	if _, err := e.Add(seq(1, 1)); !errors.Is(err, ErrEngineFull) {
-		t.Errorf("Add of a third row = %v, want ErrEngineFull (max_rows 2)", err)
+	if _, err := e.Add(seq(1, 1)); !errors.Is(err, ErrFull) {
+		t.Errorf("Add of a third row = %v, want ErrFull (max_rows 2)", err)
 	}
 	for _, tt := range []struct {
 		name string
@@ -224,15 +225,15 @@ func TestEngineLimits(t *testing.T) {
 		{"empty prompt", seq(0, 1), "empty prompt"},
 		{"prompt too long", seq(64, 1), "max_position_embeddings 64"},
 		{"bad sampling", seq(1, 0), "max_new_tokens"},
-		{"keeps a past", Sequence{Request: Request{Prompt: []int64{1}, KeepPast: true}, Sampling: sample.Config{MaxNewTokens: 1}}, "Generate's"},
+		{"keeps a past", Sequence{Request: qwen2.Request{Prompt: []int64{1}, KeepPast: true}, Sampling: sample.Config{MaxNewTokens: 1}}, "Generate's"},
 	} {
 		e.Close()
 		if _, err := e.Add(tt.seq); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Add = %v, want an error containing %q", tt.name, err, tt.want)
 		}
 	}
-	if _, err := m.NewEngine(EngineConfig{MaxRows: 0, TokenBudget: 1}); !errors.Is(err, ErrEngineConfig) {
-		t.Errorf("NewEngine(max_rows 0) = %v, want ErrEngineConfig", err)
+	if _, err := New(m, Config{MaxRows: 0, TokenBudget: 1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("New(max_rows 0) = %v, want ErrConfig", err)
 	}
 }
 
@@ -243,9 +244,9 @@ func TestEngineLimits(t *testing.T) {
 // TestGenerateUnderCollector.
 func TestEngineUnderCollector(t *testing.T) {
 	for _, dt := range []string{"float32", "bfloat16"} {
-		m := newTestModel(t, testConfig(), Options{DType: dt})
-		run := func() []Completion {
-			e, err := m.NewEngine(DefaultEngineConfig())
+		m := newTestModel(t, testConfig(), qwen2.Options{DType: dt})
+		run := func() []qwen2.Completion {
+			e, err := New(m, DefaultConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -272,14 +273,14 @@ func TestEngineUnderCollector(t *testing.T) {
 // identical, log-probs within 1e-5), a turn's prefix supersedes its last turn's, a
 // prefix over the budget is not stored, and Close frees everything.
 func TestEnginePrefixCache(t *testing.T) {
-	m := newTestModel(t, testConfig(), Options{})
+	m := newTestModel(t, testConfig(), qwen2.Options{})
 	base := liveTensors()
 	rng := rand.New(rand.NewPCG(21, 22))
-	e, err := m.NewEngine(EngineConfig{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 200})
+	e, err := New(m, Config{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(s Sequence) Completion {
+	run := func(s Sequence) qwen2.Completion {
 		t.Helper()
 		id, err := e.Add(s)
 		if err != nil {
@@ -292,7 +293,7 @@ func TestEnginePrefixCache(t *testing.T) {
 			}
 			for _, f := range done {
 				if f.ID == id {
-					alone := generate(t, m, []Request{s.Request}, s.Sampling)[0]
+					alone := generate(t, m, []qwen2.Request{s.Request}, s.Sampling)[0]
 					if diff := cmp.Diff(alone.Tokens, f.Tokens); diff != "" {
 						t.Errorf("prompt of %d tokens: tokens (-alone +engine):\n%s", len(s.Prompt), diff)
 					}
@@ -304,22 +305,22 @@ func TestEnginePrefixCache(t *testing.T) {
 			}
 		}
 		t.Fatal("the sequence never finished")
-		return Completion{}
+		return qwen2.Completion{}
 	}
 	greedy := sample.Config{MaxNewTokens: 6}
 	prompt := randomTokens(rng, 20, 97)
-	first := run(Sequence{Request: Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
+	first := run(Sequence{Request: qwen2.Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
 	held := len(prompt) + len(first.Tokens) - 1
 	if st := e.PrefixStats(); st != (PrefixStats{Held: held}) {
 		t.Fatalf("after the first turn: %+v, want %d tokens held and no hit", st, held)
 	}
 	next := slices.Concat(prompt, first.Tokens, randomTokens(rng, 7, 97))
-	second := run(Sequence{Request: Request{Prompt: next, Seed: 2}, Sampling: greedy})
+	second := run(Sequence{Request: qwen2.Request{Prompt: next, Seed: 2}, Sampling: greedy})
 	want := PrefixStats{Hits: 1, Reused: held, Held: len(next) + len(second.Tokens) - 1}
 	if st := e.PrefixStats(); st != want {
 		t.Fatalf("after the second turn: %+v, want %+v (the first turn's prefix reused, then superseded)", st, want)
 	}
-	run(Sequence{Request: Request{Prompt: prompt, Seed: 3}, Sampling: sample.Config{Temperature: 1, MaxNewTokens: 6}})
+	run(Sequence{Request: qwen2.Request{Prompt: prompt, Seed: 3}, Sampling: sample.Config{Temperature: 1, MaxNewTokens: 6}})
 	if st := e.PrefixStats(); st.Hits != 2 || st.Reused != held+len(prompt)-1 {
 		t.Errorf("another sample of the prompt: %+v, want a second hit reusing all but its last prompt token", st)
 	}
@@ -328,18 +329,18 @@ func TestEnginePrefixCache(t *testing.T) {
 		t.Errorf("after Close: %d tokens held", st.Held)
 	}
 
-	small, err := m.NewEngine(EngineConfig{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 10})
+	small, err := New(m, Config{MaxRows: 4, TokenBudget: 1 << 12, PrefixCache: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e = small
-	run(Sequence{Request: Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
+	run(Sequence{Request: qwen2.Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
 	if st := e.PrefixStats(); st != (PrefixStats{}) {
 		t.Errorf("a prefix over the budget: %+v, want nothing held", st)
 	}
 	e.Close()
-	if _, err := m.NewEngine(EngineConfig{MaxRows: 1, TokenBudget: 1, PrefixCache: -1}); !errors.Is(err, ErrEngineConfig) {
-		t.Errorf("NewEngine(prefix_cache -1) = %v, want ErrEngineConfig", err)
+	if _, err := New(m, Config{MaxRows: 1, TokenBudget: 1, PrefixCache: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("New(prefix_cache -1) = %v, want ErrConfig", err)
 	}
 	if n := liveTensors(); n != base {
 		t.Errorf("%d live tensors after Close, want %d", n, base)
