@@ -14,9 +14,8 @@ import (
 )
 
 // Verify checks the committed directory dir by its commit record (a dataset's
-// _manifest.json, a checkpoint's checkpoint.json, a task's task.json or an index's
-// mempo_index.json) and returns a one-line summary; the error names every file that is
-// missing or differs.
+// _manifest.json, a checkpoint's or an index's checkpoint.json, a task's task.json) and
+// returns a one-line summary; the error names every file that is missing or differs.
 func Verify(dir string) (string, error) {
 	has := func(name string) bool {
 		_, err := os.Lstat(filepath.Join(dir, name))
@@ -30,13 +29,15 @@ func Verify(dir string) (string, error) {
 	case has(task.SummaryFile):
 		return verifyTask(dir)
 	case has(search.MetaFile):
-		return verifyIndex(dir)
+		// An index written before indexes had a commit record: opening it says so.
+		_, err := search.ReadMeta(dir)
+		return "", err
 	}
 	if _, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("verify: %w", err)
 	}
-	return "", fmt.Errorf("verify %s: no commit record (%s, %s, %s or %s): not a directory a mempo stage committed, or an interrupted one",
-		dir, format.ManifestName, format.CommitFile, task.SummaryFile, search.MetaFile)
+	return "", fmt.Errorf("verify %s: no commit record (%s, %s or %s): not a directory a mempo stage committed, or an interrupted one",
+		dir, format.ManifestName, format.CommitFile, task.SummaryFile)
 }
 
 func verifyDataset(dir string) (string, error) {
@@ -54,7 +55,8 @@ func verifyDataset(dir string) (string, error) {
 }
 
 // verifyCheckpoint re-hashes every file the commit record lists and refuses files it
-// does not list (the run record jobs.MetricsName and dot files aside, as at commit).
+// does not list (the run record jobs.MetricsName and dot files aside, as at commit). An
+// index's record (stage search.Stage) is then also opened as an index (verifyIndex).
 func verifyCheckpoint(dir string) (string, error) {
 	c, err := format.ReadCommit(dir)
 	if err != nil {
@@ -80,7 +82,11 @@ func verifyCheckpoint(dir string) (string, error) {
 	if err := errors.Join(append(errs, err)...); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("checkpoint of stage %s, %d files, %d bytes", c.Stage, len(c.Files), bytes), nil
+	files := fmt.Sprintf("%d files, %d bytes", len(c.Files), bytes)
+	if c.Stage == search.Stage {
+		return verifyIndex(dir, c, files)
+	}
+	return fmt.Sprintf("checkpoint of stage %s, %s", c.Stage, files), nil
 }
 
 // verifyTask checks a task directory: the corpus by its sha256 and every prompts
@@ -126,11 +132,11 @@ func verifyTask(dir string) (string, error) {
 	return fmt.Sprintf("task, %d documents, %d prompts datasets, %d prompts", s.Corpus.Docs, len(s.Datasets), rows), nil
 }
 
-// verifyIndex checks a retrieval index: its record's consistency, and that bleve opens
-// the index files and counts the documents the record says (search.OpenLocal). The
-// record names the corpus by sha256 but not the files bleve writes, so there is no
-// digest of them to compare; the corpus, an input, is compared when still at hand.
-func verifyIndex(dir string) (string, error) {
+// verifyIndex checks a retrieval index whose files verifyCheckpoint has verified:
+// bleve opens them read-only and counts the documents mempo_index.json records
+// (search.OpenLocal). The corpus, an input recorded by path and sha256, is compared
+// when still at hand.
+func verifyIndex(dir string, c *format.Commit, files string) (string, error) {
 	l, err := search.OpenLocal(dir, search.LocalConfig{Workers: 1})
 	if err != nil {
 		return "", err
@@ -140,11 +146,16 @@ func verifyIndex(dir string) (string, error) {
 		return "", fmt.Errorf("verify %s: %w", dir, err)
 	}
 	corpus := "corpus not at hand"
-	if sum, _, err := format.Checksum(m.Corpus.Path); err == nil {
-		corpus = "corpus unchanged"
-		if sum != m.Corpus.SHA256 {
-			corpus = fmt.Sprintf("corpus %s changed since (sha256 %.12s…, indexed %.12s…)", m.Corpus.Path, sum, m.Corpus.SHA256)
+	for _, in := range c.Inputs {
+		if in.Name != "corpus" {
+			continue
+		}
+		if sum, _, err := format.Checksum(in.Path); err == nil {
+			corpus = "corpus unchanged"
+			if sum != m.Corpus.SHA256 {
+				corpus = fmt.Sprintf("corpus %s changed since (sha256 %.12s…, indexed %.12s…)", in.Path, sum, m.Corpus.SHA256)
+			}
 		}
 	}
-	return fmt.Sprintf("index of %d passages, %s", m.Docs, corpus), nil
+	return fmt.Sprintf("index of %d passages, %s, %s", m.Docs, files, corpus), nil
 }

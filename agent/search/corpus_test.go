@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mempo/mempo/format"
 )
 
 // readAll drains a corpus file, returning the documents or the first error.
@@ -135,7 +137,7 @@ func TestCorpusGzipAndDigest(t *testing.T) {
 	if len(got) != 2 || got[1].ID != "b" {
 		t.Fatalf("read gzip corpus = %+v, want documents a and b", got)
 	}
-	wantSHA, wantSize, err := digestFile(path)
+	wantSHA, wantSize, err := format.Checksum(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/blevesearch/bleve/v2"
 	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
@@ -22,15 +19,23 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/tokenizer/unicode"
 	"github.com/blevesearch/bleve/v2/mapping"
 	index "github.com/blevesearch/bleve_index_api"
+
+	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/internal/renameio"
 )
 
-// IndexFormat versions the index layout and its analysis. Changing the analyzer,
-// the mapping or the meta file bumps it, which turns every earlier index into a
-// cache miss that is rebuilt.
-const IndexFormat = 1
+// IndexFormat versions the layout of an index directory and its analysis: bleve's
+// files and MetaFile. Changing the analyzer, the mapping or MetaFile bumps it; the
+// index step keys it (stages/index), so every earlier index becomes a cache miss.
+const IndexFormat = 2
 
-// MetaFile is an index's commit record, written last: its presence commits the index.
+// Stage names the step that builds an index (stages/index, `mempo index`) in the
+// index's commit record: a directory is an index when its checkpoint.json
+// (format.Commit) is of this stage.
+const Stage = "index"
+
+// MetaFile describes the index (Meta). It is an ordinary file of the committed index,
+// listed with bleve's files in the commit record; the pipelines' make targets name it.
 const MetaFile = "mempo_index.json"
 
 const (
@@ -49,67 +54,60 @@ const (
 // "the"/"of" would otherwise reward passages for matching function words.
 var analyzerChain = []string{en.PossessiveName, lowercase.Name, en.StopName}
 
-// analyzerSpec describes analyzerChain; it is recorded in the meta file and the key.
+// analyzerSpec describes analyzerChain; it is recorded in MetaFile and keyed.
 var analyzerSpec = unicode.Name + "+" + strings.Join(analyzerChain, "+")
 
-// IndexConfig is the configuration of the index stage (`mempo index`).
-type IndexConfig struct {
-	// Corpus is the Search-R1 JSONL corpus to index (".gz" is decompressed).
-	Corpus string `json:"corpus"`
-	// Dir is the index directory to create or replace.
-	Dir string `json:"dir"`
+// Analysis is what determines an index besides its corpus: the layout version, the
+// analyzer and the scoring model. The index step keys it as its config.
+type Analysis struct {
+	Format   int    `json:"format"`
+	Analyzer string `json:"analyzer"`
+	Scoring  string `json:"scoring"`
 }
 
-// BuildOptions are the knobs of one Build call that do not change its output.
-type BuildOptions struct {
-	// Force rebuilds even when Dir holds an index of the same corpus.
-	Force bool
-	// Log receives cache decisions and post-commit warnings; nil discards them.
-	Log *slog.Logger
-	// Progress, when set, is called every few thousand documents and at the end
-	// with the documents indexed and the corpus file bytes read so far.
-	Progress func(docs, bytes int64)
+// CurrentAnalysis is the analysis Write applies.
+func CurrentAnalysis() Analysis {
+	return Analysis{Format: IndexFormat, Analyzer: analyzerSpec, Scoring: index.BM25Scoring}
 }
 
-// Meta is the index's commit record, stored as mempo_index.json in its directory.
+// Meta is MetaFile: the analysis, the corpus by sha256 and size, and the passage
+// count. It holds nothing of the run that wrote it (no time, no path), so the same
+// corpus bytes always give the same file; the corpus path is in the commit record's
+// inputs.
 type Meta struct {
-	Format   int        `json:"format"`
-	Key      string     `json:"key"` // hex sha256 of what determines the index; equal keys, equal indexes
-	Analyzer string     `json:"analyzer"`
-	Scoring  string     `json:"scoring"`
-	Corpus   CorpusInfo `json:"corpus"`
-	Docs     int64      `json:"docs"`
-	BuildS   float64    `json:"build_s"`
-	Created  time.Time  `json:"created"`
+	Analysis
+	Corpus CorpusInfo `json:"corpus"`
+	Docs   int64      `json:"docs"`
+	// Key names the opened index by content: the digest of its commit record
+	// (format.Commit.Digest), which lists every file's sha256. ReadMeta sets it; it is
+	// not part of MetaFile.
+	Key string `json:"-"`
 }
 
-// CorpusInfo identifies the corpus an index was built from.
+// CorpusInfo identifies the corpus an index was built from by content.
 type CorpusInfo struct {
-	Path   string `json:"path"`
 	SHA256 string `json:"sha256"`
 	Bytes  int64  `json:"bytes"`
 }
 
-// indexKey hashes what determines the index contents, in labeled lines (cmd/go's
-// cache key style). The corpus path is left out: moving a corpus is not a change.
-func indexKey(corpusSHA256 string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "stage index\nformat %d\nanalyzer %s\nscoring %s\ncorpus %s\n",
-		IndexFormat, analyzerSpec, index.BM25Scoring, corpusSHA256)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// ReadMeta reads and checks the commit record of the index in dir. A missing,
-// unreadable or foreign record wraps ErrNotIndex and says how to build one.
+// ReadMeta reads the description of the committed index in dir and checks it against
+// the index's commit record: checkpoint.json of stage Stage, listing MetaFile with the
+// bytes read, of this IndexFormat. A directory without a record, with another stage's
+// record or with a MetaFile that differs from it is an error wrapping ErrNotIndex that
+// says how to build one.
 func ReadMeta(dir string) (Meta, error) {
+	c, err := readCommit(dir)
+	if err != nil {
+		return Meta{}, err
+	}
 	path := filepath.Join(dir, MetaFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Meta{}, fmt.Errorf("index %s: no %s (build one with `mempo index --corpus FILE --out %s`): %w",
-				dir, MetaFile, dir, ErrNotIndex)
-		}
-		return Meta{}, fmt.Errorf("index %s: %w", dir, err)
+		return Meta{}, fmt.Errorf("index %s: %w; rebuild with `mempo index --force`: %w", dir, err, ErrNotIndex)
+	}
+	sum := sha256.Sum256(b)
+	if err := c.Match(dir, MetaFile, hex.EncodeToString(sum[:]), int64(len(b))); err != nil {
+		return Meta{}, fmt.Errorf("index %s: %w: %w", dir, err, ErrNotIndex)
 	}
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -119,139 +117,62 @@ func ReadMeta(dir string) (Meta, error) {
 		return Meta{}, fmt.Errorf("index %s: format %d, want %d; rebuild with `mempo index --force`: %w",
 			dir, m.Format, IndexFormat, ErrNotIndex)
 	}
-	if m.Key != indexKey(m.Corpus.SHA256) || m.Docs <= 0 {
-		return Meta{}, fmt.Errorf("index %s: %s is inconsistent (key or document count); rebuild with `mempo index --force`: %w",
-			dir, MetaFile, ErrNotIndex)
+	if m.Docs <= 0 {
+		return Meta{}, fmt.Errorf("index %s: %s records %d documents; rebuild with `mempo index --force`: %w", dir, MetaFile, m.Docs, ErrNotIndex)
 	}
+	m.Key = c.Digest()
 	return m, nil
 }
 
-// Build indexes cfg.Corpus into cfg.Dir with BM25 scoring. The index is written to
-// a scratch directory beside cfg.Dir and renamed into place only when complete, so
-// cfg.Dir never holds a partial index: after a failed or killed build it holds the
-// previous index or nothing. When cfg.Dir already holds an index of the same corpus
-// bytes and format, Build returns its Meta with cached = true and does no work.
-func Build(ctx context.Context, cfg IndexConfig, opts BuildOptions) (m Meta, cached bool, err error) {
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// readCommit reads dir's commit record and checks that it commits an index.
+func readCommit(dir string) (*format.Commit, error) {
+	if _, err := os.Lstat(filepath.Join(dir, format.CommitFile)); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("index %s: no %s (build one with `mempo index --corpus FILE --out %s`): %w",
+			dir, format.CommitFile, dir, ErrNotIndex)
 	}
-	if cfg.Corpus == "" {
-		return Meta{}, false, errors.New("index: no corpus given (--corpus FILE)")
-	}
-	if cfg.Dir == "" {
-		return Meta{}, false, errors.New("index: no output directory given (--out DIR)")
-	}
-	dir := filepath.Clean(cfg.Dir)
-
-	wantSHA := ""
-	if !opts.Force {
-		prev, err := ReadMeta(dir)
-		switch {
-		case err == nil:
-			sha, size, err := digestFile(cfg.Corpus)
-			if err != nil {
-				return Meta{}, false, err
-			}
-			if prev.Key == indexKey(sha) {
-				log.Info("index is up to date (cache hit)", "dir", dir, "corpus_sha256", sha, "docs", prev.Docs)
-				return prev, true, nil
-			}
-			wantSHA = sha
-			log.Info("index is stale (cache miss): corpus or format changed; rebuilding", "dir", dir,
-				"corpus_sha256", sha, "bytes", size, "indexed_sha256", prev.Corpus.SHA256)
-		default:
-			if _, serr := os.Stat(dir); serr == nil {
-				log.Info("no usable index (cache miss); rebuilding", "dir", dir, "reason", err)
-			}
-		}
-	}
-
-	if err := replaceable(dir); err != nil {
-		return Meta{}, false, err
-	}
-	removeStale(dir, log)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	tmp := dir + tmpInfix + strconv.Itoa(os.Getpid())
-	if err := os.RemoveAll(tmp); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: clear scratch %s: %w", dir, tmp, err)
-	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	published := false
-	defer func() {
-		if !published {
-			os.RemoveAll(tmp)
-		}
-	}()
-
-	start := time.Now()
-	docs, info, err := writeIndex(ctx, cfg.Corpus, filepath.Join(tmp, bleveSubdir), tmp, opts.Progress)
+	c, err := format.ReadCommit(dir)
 	if err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
+		return nil, fmt.Errorf("index %s: %w; rebuild with `mempo index --force`: %w", dir, err, ErrNotIndex)
 	}
-	if wantSHA != "" && info.SHA256 != wantSHA {
-		return Meta{}, false, fmt.Errorf("index %s: corpus %s changed while it was being indexed (sha256 %s, then %s); rerun when it is stable",
-			dir, cfg.Corpus, wantSHA, info.SHA256)
+	if c.Stage != Stage {
+		return nil, fmt.Errorf("index %s: %s commits a %s checkpoint, not an index (build one with `mempo index --corpus FILE --out DIR`): %w",
+			dir, format.CommitFile, c.Stage, ErrNotIndex)
 	}
-	m = Meta{
-		Format:   IndexFormat,
-		Key:      indexKey(info.SHA256),
-		Analyzer: analyzerSpec,
-		Scoring:  index.BM25Scoring,
-		Corpus:   info,
-		Docs:     docs,
-		BuildS:   time.Since(start).Seconds(),
-		Created:  time.Now().UTC(),
-	}
-	if err := syncTree(tmp); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	if err := renameio.WriteFile(filepath.Join(tmp, MetaFile), append(b, '\n')); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	if err := renameio.Sync(tmp); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	if err := publish(tmp, dir, log); err != nil {
-		return Meta{}, false, fmt.Errorf("index %s: %w", dir, err)
-	}
-	published = true
-	log.Info("index built", "dir", dir, "docs", docs, "corpus_sha256", info.SHA256, "build_s", m.BuildS)
-	return m, false, nil
+	return c, nil
 }
 
-// replaceable refuses to build over a directory that is neither absent, empty,
-// nor an index (one with a meta file, even a damaged one): --out pointed at the
-// wrong directory must not delete it.
-func replaceable(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
-		return nil
-	}
+// Write indexes the corpus at corpusPath into dir, an existing directory that the
+// caller commits (stages/index builds into a temp dir and publishes it): bleve's files
+// under dir/bleve, then MetaFile. What the index holds, and MetaFile's bytes, are a
+// function of the corpus bytes and IndexFormat; bleve's files are not byte for byte
+// (writeIndex). progress, when set, is called every few thousand documents and at the
+// end with the documents indexed and the corpus file bytes read so far. A failed Write
+// leaves dir partly written.
+func Write(ctx context.Context, corpusPath, dir string, progress func(docs, bytes int64)) (Meta, error) {
+	docs, corpus, err := writeIndex(ctx, corpusPath, filepath.Join(dir, bleveSubdir), dir, progress)
 	if err != nil {
-		return fmt.Errorf("index %s: %w", dir, err)
+		return Meta{}, err
 	}
-	if _, err := os.Lstat(filepath.Join(dir, MetaFile)); err == nil {
-		return nil
+	m := Meta{Analysis: CurrentAnalysis(), Corpus: corpus, Docs: docs}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Meta{}, fmt.Errorf("index %s: %w", dir, err)
 	}
-	return fmt.Errorf("index %s: directory exists and is not an index (no %s); remove it or choose another --out", dir, MetaFile)
+	if err := renameio.WriteFile(filepath.Join(dir, MetaFile), append(b, '\n')); err != nil {
+		return Meta{}, fmt.Errorf("index %s: %w", dir, err)
+	}
+	return m, nil
 }
 
 // progressEvery is how many documents pass between Progress calls.
 const progressEvery = 4096
 
 // writeIndex streams the corpus into a bleve offline builder at path. The builder
-// writes one merged segment with no background persistence, so the build is a
-// plain function of the corpus; its own scratch files go under scratch, which is on
-// the same filesystem as path (the builder renames its final segment into place).
+// writes one merged segment with no background persistence, so the documents, terms
+// and scores are a plain function of the corpus; the bytes are not, as the builder
+// numbers each batch's documents in Go map order (hits do not depend on it: ties are
+// ordered by id). Its own scratch files go under scratch, which is on the same
+// filesystem as path (the builder renames its final segment into place).
 func writeIndex(ctx context.Context, corpusPath, path, scratch string, progress func(docs, bytes int64)) (int64, CorpusInfo, error) {
 	c, err := OpenCorpus(corpusPath)
 	if err != nil {
@@ -300,7 +221,7 @@ func writeIndex(ctx context.Context, corpusPath, path, scratch string, progress 
 	if progress != nil {
 		progress(docs, c.Size())
 	}
-	return docs, CorpusInfo{Path: corpusPath, SHA256: c.Digest(), Bytes: c.Size()}, nil
+	return docs, CorpusInfo{SHA256: c.Digest(), Bytes: c.Size()}, nil
 }
 
 // indexMapping indexes and stores one field, "contents" (title line and text, as
@@ -332,19 +253,4 @@ func indexMapping() (*mapping.IndexMappingImpl, error) {
 	im.StoreDynamic = false
 	im.DocValuesDynamic = false
 	return im, nil
-}
-
-// digestFile returns the hex sha256 and size of a file.
-func digestFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("corpus %s: %w", path, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("corpus %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

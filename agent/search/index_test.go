@@ -1,15 +1,23 @@
 package search
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
 )
 
 // world is a small hand-made corpus in the shape of the synthetic task: entity
@@ -41,7 +49,9 @@ func corpusJSONL(t testing.TB, docs []Doc) string {
 	return b.String()
 }
 
-// buildIndex writes docs as a corpus and indexes it into a fresh directory.
+// buildIndex writes docs as a corpus, indexes it into a fresh directory and commits it
+// as the index step does (stages/index, whose tests cover the step itself): Write
+// into the temp dir of jobs.Begin, then Artifact.Publish with stage Stage.
 func buildIndex(t testing.TB, docs []Doc) string {
 	t.Helper()
 	root := t.TempDir()
@@ -50,7 +60,15 @@ func buildIndex(t testing.TB, docs []Doc) string {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "index")
-	if _, _, err := Build(context.Background(), IndexConfig{Corpus: corpus, Dir: dir}, BuildOptions{}); err != nil {
+	a, _, err := jobs.Begin(jobs.Spec{Out: dir}, jobs.Key{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	if _, err := Write(context.Background(), corpus, a.Tmp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(format.Commit{Stage: Stage}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -169,203 +187,101 @@ func TestRetrieveDeterministic(t *testing.T) {
 	}
 }
 
-func TestBuildCache(t *testing.T) {
-	root := t.TempDir()
-	corpus := filepath.Join(root, "corpus.jsonl")
-	dir := filepath.Join(root, "index")
-	cfg := IndexConfig{Corpus: corpus, Dir: dir}
-	write := func(docs []Doc) {
-		if err := os.WriteFile(corpus, []byte(corpusJSONL(t, docs)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	build := func(opts BuildOptions) (Meta, bool) {
-		t.Helper()
-		m, cached, err := Build(context.Background(), cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m, cached
-	}
-
-	write(world)
-	first, cached := build(BuildOptions{})
-	if cached || first.Docs != int64(len(world)) {
-		t.Fatalf("first Build = docs %d, cached %v; want %d, false", first.Docs, cached, len(world))
-	}
-	again, cached := build(BuildOptions{})
-	if !cached || again.Created != first.Created {
-		t.Errorf("second Build: cached %v, created %v; want true, %v (the same index)", cached, again.Created, first.Created)
-	}
-	forced, cached := build(BuildOptions{Force: true})
-	if cached || forced.Key != first.Key {
-		t.Errorf("forced Build: cached %v, key %s; want false, %s", cached, forced.Key, first.Key)
-	}
-
-	write(world[:3])
-	changed, cached := build(BuildOptions{})
-	if cached || changed.Docs != 3 || changed.Key == first.Key {
-		t.Errorf("Build after corpus change: cached %v, docs %d, key changed %v; want false, 3, true",
-			cached, changed.Docs, changed.Key != first.Key)
-	}
-	got, err := openIndex(t, dir).Retrieve(context.Background(), []string{"Dremmel founder"}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range got[0] {
-		if h.ID == "d5" {
-			t.Errorf("rebuilt index still returns %s, which the new corpus no longer holds", h.ID)
-		}
-	}
-	assertNoScratch(t, dir)
-}
-
-// assertNoScratch checks that no build scratch directory is left beside dir.
-func assertNoScratch(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Dir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if strings.Contains(e.Name(), tmpInfix) || strings.Contains(e.Name(), oldInfix) {
-			t.Errorf("scratch directory %s left beside %s", e.Name(), dir)
-		}
-	}
-}
-
-func TestFailedBuildLeavesNoIndex(t *testing.T) {
-	bad := corpusJSONL(t, world[:2]) + "{not json\n" + corpusJSONL(t, world[2:])
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	tests := []struct {
-		name   string
-		corpus string
-		ctx    context.Context
-		want   string
-	}{
-		{"corrupt line", bad, context.Background(), "line 3: invalid JSON"},
-		{"empty corpus", "\n", context.Background(), "no documents"},
-		{"cancelled", corpusJSONL(t, world), cancelled, "context canceled"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			corpus := filepath.Join(root, "corpus.jsonl")
-			if err := os.WriteFile(corpus, []byte(tt.corpus), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			dir := filepath.Join(root, "index")
-			_, _, err := Build(tt.ctx, IndexConfig{Corpus: corpus, Dir: dir}, BuildOptions{})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Build error = %v, want one containing %q", err, tt.want)
-			}
-			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("after a failed build, stat %s = %v, want not exist", dir, err)
-			}
-			assertNoScratch(t, dir)
-		})
-	}
-}
-
-func TestFailedRebuildKeepsOldIndex(t *testing.T) {
-	dir := buildIndex(t, world)
-	before, err := ReadMeta(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	corpus := writeFile(t, "bad.jsonl", corpusJSONL(t, world[:1])+"{oops\n")
-	if _, _, err := Build(context.Background(), IndexConfig{Corpus: corpus, Dir: dir}, BuildOptions{}); err == nil {
-		t.Fatal("Build of a corrupt corpus succeeded")
-	}
-	after, err := ReadMeta(dir)
-	if err != nil {
-		t.Fatalf("old index unreadable after a failed rebuild: %v", err)
-	}
-	if diff := cmp.Diff(before, after); diff != "" {
-		t.Errorf("meta changed by a failed rebuild (-want +got):\n%s", diff)
-	}
-	got, err := openIndex(t, dir).Retrieve(context.Background(), []string{"copper"}, 1)
-	if err != nil || len(got[0]) != 1 || got[0][0].ID != "d3" {
-		t.Errorf("old index after failed rebuild: Retrieve(copper) = %v, %v; want d3", got, err)
-	}
-	assertNoScratch(t, dir)
-}
-
-func TestBuildRemovesStaleScratch(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "index")
-	// pid_max on Linux is at most 2^22, so this pid cannot be alive.
-	stale := dir + tmpInfix + "99999999"
-	if err := os.MkdirAll(filepath.Join(stale, bleveSubdir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	corpus := writeFile(t, "corpus.jsonl", corpusJSONL(t, world))
-	if _, _, err := Build(context.Background(), IndexConfig{Corpus: corpus, Dir: dir}, BuildOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stat %s = %v, want the dead build's scratch removed", stale, err)
-	}
-}
-
 func TestOpenLocalRejectsIncompleteIndex(t *testing.T) {
 	dir := buildIndex(t, world)
-	// A directory that lost its meta file is what a crash before the rename would
-	// have left had the build written in place; it must not open.
-	if err := os.Remove(filepath.Join(dir, MetaFile)); err != nil {
+	// A directory without its commit record is what a build that wrote in place would
+	// leave when killed, and what an index written before commit records is; it must
+	// not open.
+	if err := os.Remove(filepath.Join(dir, format.CommitFile)); err != nil {
 		t.Fatal(err)
 	}
-	tests := map[string]string{"no meta": dir, "empty dir": t.TempDir()}
+	tests := map[string]string{"no record": dir, "empty dir": t.TempDir()}
 	for name, d := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := OpenLocal(d, LocalConfig{})
-			if !errors.Is(err, ErrNotIndex) || !strings.Contains(err.Error(), "mempo index") {
+			if !errors.Is(err, ErrNotIndex) || !strings.Contains(err.Error(), "build one with `mempo index --corpus FILE --out") {
 				t.Errorf("OpenLocal(%s) error = %v, want ErrNotIndex with how to build one", d, err)
 			}
 		})
 	}
-	t.Run("wrong format", func(t *testing.T) {
+	// rewrite replaces the commit record of a fresh index with what edit makes of it.
+	rewrite := func(t *testing.T, edit func(c *format.Commit, dir string)) string {
 		dir := buildIndex(t, world)
-		m, err := ReadMeta(dir)
+		c, err := format.ReadCommit(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Format = IndexFormat + 1
-		b, _ := json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644); err != nil {
+		edit(c, dir)
+		if err := jobs.WriteJSON(filepath.Join(dir, format.CommitFile), c); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := OpenLocal(dir, LocalConfig{}); !errors.Is(err, ErrNotIndex) {
-			t.Errorf("OpenLocal(format %d) error = %v, want ErrNotIndex", m.Format, err)
-		}
-	})
+		return dir
+	}
+	for name, edit := range map[string]func(c *format.Commit, dir string){
+		"another stage": func(c *format.Commit, _ string) { c.Stage = "init-model" },
+		"meta not recorded": func(c *format.Commit, _ string) {
+			c.Files = slices.DeleteFunc(c.Files, func(f format.FileDigest) bool { return f.File == MetaFile })
+		},
+		"wrong format": func(c *format.Commit, dir string) {
+			m, err := ReadMeta(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Format = IndexFormat + 1
+			b, _ := json.Marshal(m)
+			if err := os.WriteFile(filepath.Join(dir, MetaFile), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(b)
+			for i := range c.Files {
+				if c.Files[i].File == MetaFile {
+					c.Files[i].SHA256, c.Files[i].Bytes = hex.EncodeToString(sum[:]), int64(len(b))
+				}
+			}
+		},
+		"meta changed after the commit": func(_ *format.Commit, dir string) {
+			path := filepath.Join(dir, MetaFile)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, bytes.Replace(b, []byte(`"docs": 8`), []byte(`"docs": 9`), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := rewrite(t, edit)
+			if _, err := OpenLocal(dir, LocalConfig{}); !errors.Is(err, ErrNotIndex) {
+				t.Errorf("OpenLocal error = %v, want ErrNotIndex", err)
+			}
+		})
+	}
 }
 
-func TestBuildRefusesForeignDirectory(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "data")
-	precious := filepath.Join(dir, "notes.txt")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+func TestMetaHoldsNoRunRecord(t *testing.T) {
+	dir := buildIndex(t, world)
+	m, err := ReadMeta(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(precious, []byte("keep me"), 0o644); err != nil {
+	c, err := format.ReadCommit(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	corpus := writeFile(t, "corpus.jsonl", corpusJSONL(t, world))
-	_, _, err := Build(context.Background(), IndexConfig{Corpus: corpus, Dir: dir}, BuildOptions{Force: true})
-	if err == nil || !strings.Contains(err.Error(), "is not an index") {
-		t.Errorf("Build over a foreign directory error = %v, want a refusal", err)
+	if m.Docs != int64(len(world)) || m.Analysis != CurrentAnalysis() || m.Key != c.Digest() {
+		t.Errorf("ReadMeta = %+v, want %d docs, analysis %+v and the record's digest as key", m, len(world), CurrentAnalysis())
 	}
-	if _, err := os.Stat(precious); err != nil {
-		t.Errorf("foreign file after Build: %v, want it untouched", err)
-	}
-	// An empty directory, though, may become the index.
-	empty := filepath.Join(root, "empty")
-	if err := os.Mkdir(empty, 0o755); err != nil {
+	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Build(context.Background(), IndexConfig{Corpus: corpus, Dir: empty}, BuildOptions{}); err != nil {
-		t.Errorf("Build into an empty directory: %v", err)
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"analyzer", "corpus", "docs", "format", "scoring"}
+	if got := slices.Sorted(maps.Keys(fields)); !slices.Equal(got, want) {
+		t.Errorf("%s fields = %q, want %q (nothing of the run: no time, path or key)", MetaFile, got, want)
 	}
 }

@@ -16,9 +16,10 @@ type LocalConfig struct {
 	Workers int `json:"workers"`
 }
 
-// Local is a Retriever over an index built by Build. It opens the index read-only,
-// so any number of processes may serve the same directory. A Local is safe for
-// concurrent use; Close it when done.
+// Local is a Retriever over a committed index (stages/index). It opens the index
+// read-only — bleve writes nothing into it, so the files keep the sha256 sums its
+// commit record lists — and any number of processes may serve the same directory. A
+// Local is safe for concurrent use; Close it when done.
 type Local struct {
 	dir     string
 	idx     bleve.Index
@@ -28,8 +29,10 @@ type Local struct {
 
 var _ Retriever = (*Local)(nil)
 
-// OpenLocal opens the index in dir. A directory without a complete index (no meta
-// file, another format) is an error wrapping ErrNotIndex.
+// OpenLocal opens the index in dir. A directory that is not a committed index (no
+// commit record of stage Stage, a MetaFile it does not list, another format; see
+// ReadMeta) or whose bleve files hold another document count is an error wrapping
+// ErrNotIndex.
 func OpenLocal(dir string, cfg LocalConfig) (*Local, error) {
 	m, err := ReadMeta(dir)
 	if err != nil {
@@ -54,7 +57,7 @@ func OpenLocal(dir string, cfg LocalConfig) (*Local, error) {
 	return &Local{dir: dir, idx: idx, meta: m, workers: w}, nil
 }
 
-// Meta returns the index's commit record.
+// Meta returns the index's description, with its Key.
 func (l *Local) Meta() Meta { return l.meta }
 
 // Close releases the index.

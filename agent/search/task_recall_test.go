@@ -9,6 +9,8 @@ import (
 	"github.com/mempo/mempo/agent/protocol"
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
+	"github.com/mempo/mempo/jobs"
+	"github.com/mempo/mempo/stages/index"
 )
 
 // recorder wraps the task's perfect retriever and keeps, per oracle query, the id of the
@@ -48,7 +50,7 @@ func TestSyntheticRecall(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := search.Build(ctx, search.IndexConfig{Corpus: corpus, Dir: filepath.Join(dir, "index")}, search.BuildOptions{}); err != nil {
+	if _, err := index.Run(ctx, index.Config{Corpus: corpus}, jobs.Spec{Out: filepath.Join(dir, "index")}); err != nil {
 		t.Fatal(err)
 	}
 	idx, err := search.OpenLocal(filepath.Join(dir, "index"), search.LocalConfig{})

@@ -23,9 +23,10 @@ func verifyCommand() *cli.Command {
               config, tokenizer, optimizer and trainer state), and no unrecorded file;
   task        task.json: corpus.jsonl's sha256 and each prompts dataset, verified as
               a dataset and matched with the digest and rows task.json records;
-  index       mempo_index.json: the record's consistency and the document count
-              of the index files (the corpus, when at hand, is reported as changed
-              or not).
+  index       checkpoint.json of stage index: every recorded file's size and
+              sha256 (bleve's files, mempo_index.json), no unrecorded file, and the
+              document count bleve reads (the corpus, when at hand, is reported as
+              changed or not).
 Exits 0 with one line when everything matches; exits 1 naming each file that is
 missing or differs (rerun the stage that produced DIR with --force to rebuild it).`,
 	}, app.Bind(nil), runVerify)

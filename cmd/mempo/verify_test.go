@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/stages/index"
 )
 
 // flipByte flips the low bit of the byte at off (from the end when negative), keeping
@@ -44,8 +46,8 @@ func TestVerifyDirs(t *testing.T) {
 	if _, err := gentask.Run(context.Background(), tc, jobs.Spec{Out: taskDir}); err != nil {
 		t.Fatal(err)
 	}
-	index := filepath.Join(dir, "index")
-	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: filepath.Join(taskDir, task.CorpusFile), Dir: index}, search.BuildOptions{}); err != nil {
+	indexDir := filepath.Join(dir, "index")
+	if _, err := index.Run(context.Background(), index.Config{Corpus: filepath.Join(taskDir, task.CorpusFile)}, jobs.Spec{Out: indexDir}); err != nil {
 		t.Fatal(err)
 	}
 	// A trained checkpoint keeps its optimizer state in a subdirectory; one written
@@ -76,7 +78,7 @@ func TestVerifyDirs(t *testing.T) {
 	train := filepath.Join(taskDir, task.TrainDir)
 
 	for _, tt := range []struct{ dir, want string }{
-		{train, "prompts"}, {ckpt, "checkpoint of stage init-model"}, {taskDir, "task"}, {index, "index of"},
+		{train, "prompts"}, {ckpt, "checkpoint of stage init-model"}, {taskDir, "task"}, {indexDir, "index of"},
 		{trained, "checkpoint of stage update, 3 files"}, {legacy, "checkpoint of stage update, 3 files"},
 	} {
 		if got, err := audit.Verify(tt.dir); err != nil || !strings.Contains(got, tt.want) {
@@ -118,6 +120,34 @@ func TestVerifyDirs(t *testing.T) {
 		defer os.Remove(extra)
 		if _, err := audit.Verify(ckpt); err == nil || !strings.Contains(err.Error(), "added.bin") {
 			t.Errorf("audit.Verify(%s) = %v, want the unrecorded added.bin named", ckpt, err)
+		}
+	})
+	t.Run("index files", func(t *testing.T) {
+		rec, err := format.ReadCommit(indexDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := audit.Verify(indexDir); err != nil || !strings.Contains(got, fmt.Sprintf("%d files", len(rec.Files))) ||
+			!strings.Contains(got, "corpus unchanged") {
+			t.Errorf("audit.Verify(%s) = %q, %v, want its %d files and the corpus unchanged", indexDir, got, err, len(rec.Files))
+		}
+		for _, f := range rec.Files {
+			path := filepath.Join(indexDir, filepath.FromSlash(f.File))
+			flipByte(t, path, -1)
+			if _, err := audit.Verify(indexDir); !errors.Is(err, format.ErrNotCheckpoint) || !strings.Contains(err.Error(), path) {
+				t.Errorf("audit.Verify(%s) with %s changed = %v, want ErrNotCheckpoint naming it", indexDir, f.File, err)
+			}
+			flipByte(t, path, -1)
+		}
+	})
+	t.Run("index without record", func(t *testing.T) {
+		record := filepath.Join(indexDir, format.CommitFile)
+		if err := os.Rename(record, record+"~"); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Rename(record+"~", record)
+		if _, err := audit.Verify(indexDir); !errors.Is(err, search.ErrNotIndex) || !strings.Contains(err.Error(), "mempo index --corpus FILE") {
+			t.Errorf("audit.Verify(%s) without %s = %v, want ErrNotIndex saying how to build one", indexDir, format.CommitFile, err)
 		}
 	})
 	t.Run("task corpus", func(t *testing.T) {

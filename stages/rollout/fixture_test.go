@@ -11,13 +11,13 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/agent/protocol"
-	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/stages/index"
 	"github.com/mempo/mempo/stages/initmodel"
 )
 
@@ -82,7 +82,7 @@ func buildFixture() (*fixture, error) {
 		return nil, err
 	}
 	f.index = filepath.Join(root, "index")
-	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: corpus, Dir: f.index}, search.BuildOptions{}); err != nil {
+	if _, err := index.Run(context.Background(), index.Config{Corpus: corpus}, jobs.Spec{Out: f.index}); err != nil {
 		return nil, err
 	}
 	f.policy = filepath.Join(root, "policy")

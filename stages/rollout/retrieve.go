@@ -6,12 +6,13 @@ import (
 
 	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/format"
+	"github.com/mempo/mempo/jobs"
 )
 
 // openRetriever opens the retriever the config names and the input that keys it: a
-// server by its URL, a local index by the key its meta file records (a digest of the
-// corpus bytes, analyzer and format), which is cheap where hashing a large index's
-// files is not.
+// server by its URL, a local index as every checkpoint input is keyed
+// (jobs.CheckpointInput): by the digest of its commit record, which lists every
+// file's sha256, so keying it reads one small file, not the index.
 func openRetriever(cfg Config, in Inputs) (search.Retriever, io.Closer, format.Input, error) {
 	switch {
 	case cfg.RetrieverURL != "" && in.Index != "":
@@ -29,7 +30,12 @@ func openRetriever(cfg Config, in Inputs) (search.Retriever, io.Closer, format.I
 		if err != nil {
 			return nil, nil, format.Input{}, fmt.Errorf("--index: %w", err)
 		}
-		return l, l, format.Input{Name: "index", Path: in.Index, Digest: "index:" + l.Meta().Key}, nil
+		input, err := jobs.CheckpointInput("index", in.Index)
+		if err != nil {
+			l.Close()
+			return nil, nil, format.Input{}, fmt.Errorf("--index: %w", err)
+		}
+		return l, l, input, nil
 	}
 	return nil, nil, format.Input{}, fmt.Errorf("no retriever: pass --index DIR (a `mempo index` output) or --retriever-url URL: %w", ErrConfig)
 }
