@@ -135,14 +135,19 @@ func (a *Artifact) step(s Step) {
 	}
 }
 
-// digestTree fsyncs and hashes every file under dir, sorted by path. The commit record
+// digestTree fsyncs and hashes every file under dir, sorted by path, and fsyncs its
+// subdirectories. The commit record
 // itself, dot files (temp files of a writer) and MetricsName (or its legacy name) are
 // left out: it holds timings, which differ between identical runs, so it is a record
 // of the run, not content.
 func digestTree(dir string) ([]format.FileDigest, error) {
 	var files []format.FileDigest
+	var dirs []string // subdirectories, parents before children
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
+			if err == nil && path != dir {
+				dirs = append(dirs, path)
+			}
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
@@ -159,6 +164,11 @@ func digestTree(dir string) ([]format.FileDigest, error) {
 		files = append(files, format.FileDigest{File: filepath.ToSlash(rel), SHA256: sum, Bytes: n})
 		return nil
 	})
+	// A subdirectory's entries are durable once it is synced, children first; dir's
+	// own are synced with the commit record.
+	for i := len(dirs) - 1; i >= 0 && err == nil; i-- {
+		err = renameio.Sync(dirs[i])
+	}
 	sort.Slice(files, func(i, j int) bool { return files[i].File < files[j].File })
 	return files, err
 }

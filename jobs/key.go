@@ -147,6 +147,10 @@ func CanonicalJSON(v any) ([]byte, error) {
 // checkpoints alike are keyed by it, so the same change invalidates both the same way.
 type KeySpec struct {
 	Stage string
+	// Code is the code version keyed; "" keys this binary's (CodeVersion). A step whose
+	// output a format version of its own determines (the search index: its analysis and
+	// index format) keys that instead, so a new binary keeps what it built.
+	Code string
 	// Schema names the output's kind and layout version, e.g. "rollouts@2" or
 	// CheckpointSchema.
 	Schema string
@@ -169,7 +173,11 @@ func (s KeySpec) Key(debug io.Writer) Key { return s.hash(debug).Sum() }
 func (s KeySpec) hash(debug io.Writer) *Hash {
 	h := newHash("stage "+s.Stage, debug)
 	h.Line("stage", s.Stage)
-	h.Line("code", CodeVersion())
+	code := s.Code
+	if code == "" {
+		code = CodeVersion()
+	}
+	h.Line("code", code)
 	h.Line("schema", s.Schema)
 	sum := sha256.Sum256(s.Config)
 	h.Line("config", hex.EncodeToString(sum[:]))

@@ -113,6 +113,13 @@ func TestKeySpecLines(t *testing.T) {
 	if got := spec.Key(nil); got != k {
 		t.Errorf("Key after moving an input = %s, want %s", got, k)
 	}
+	// A step that keys a format version of its own in place of the code version.
+	debug.Reset()
+	spec.Code = "index format 2"
+	if got := spec.Key(&debug); got == k || !strings.Contains(debug.String(), `"code \"index format 2\"\n"`) ||
+		strings.Contains(debug.String(), CodeVersion()) {
+		t.Errorf("Key with Code %q = %s (the code version's %s), preimage:\n%s", spec.Code, got, k, debug.String())
+	}
 }
 
 func TestKeyChanges(t *testing.T) {
