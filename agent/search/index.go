@@ -78,10 +78,6 @@ type Meta struct {
 	Analysis
 	Corpus CorpusInfo `json:"corpus"`
 	Docs   int64      `json:"docs"`
-	// Key names the opened index by content: the digest of its commit record
-	// (format.Commit.Digest), which lists every file's sha256. ReadMeta sets it; it is
-	// not part of MetaFile.
-	Key string `json:"-"`
 }
 
 // CorpusInfo identifies the corpus an index was built from by content.
@@ -120,7 +116,6 @@ func ReadMeta(dir string) (Meta, error) {
 	if m.Docs <= 0 {
 		return Meta{}, fmt.Errorf("index %s: %s records %d documents; rebuild with `mempo index --force`: %w", dir, MetaFile, m.Docs, ErrNotIndex)
 	}
-	m.Key = c.Digest()
 	return m, nil
 }
 

@@ -15,8 +15,10 @@
 //
 // A rerun on the same corpus bytes is a cache hit that does nothing, wherever the
 // corpus now lies; a failed or interrupted build leaves the previous index as it was.
-// bleve's files are not byte-reproducible (search.Write), so a rebuild (--force, a new
-// binary) gets a new record digest, and what is keyed on the index is recomputed.
+// The key holds the index format, not the binary's code version, so a new binary
+// keeps the index. bleve's files are not byte-reproducible (search.Write), so a
+// rebuild (--force, a new corpus or format) gets a new record digest, and what is
+// keyed on the index is recomputed.
 // What an index is — analysis, mapping, how it is read and searched — is agent/search's.
 package index
 
@@ -100,13 +102,18 @@ func Run(ctx context.Context, cfg Config, spec jobs.Spec) (*Result, error) {
 }
 
 // runKey keys the index as every committed directory is keyed (jobs.KeySpec): stage,
-// code, the analysis as config, the corpus by digest.
+// the analysis as config, the corpus by digest. In place of the binary's code version
+// it keys the index format (search.IndexFormat, bumped when the analysis or bleve's
+// files change), as indexes always were: a large corpus takes hours to index, and a
+// new mempo binary builds the same index.
 func runKey(corpus format.Input, debug io.Writer) (jobs.Key, error) {
-	conf, err := jobs.CanonicalJSON(search.CurrentAnalysis())
+	a := search.CurrentAnalysis()
+	conf, err := jobs.CanonicalJSON(a)
 	if err != nil {
 		return jobs.Key{}, fmt.Errorf("index: encode config: %w", err)
 	}
-	return jobs.KeySpec{Stage: Stage, Schema: jobs.CheckpointSchema, Config: conf, Inputs: []format.Input{corpus}}.Key(debug), nil
+	return jobs.KeySpec{Stage: Stage, Code: fmt.Sprintf("index format %d", a.Format), Schema: jobs.CheckpointSchema,
+		Config: conf, Inputs: []format.Input{corpus}}.Key(debug), nil
 }
 
 // cached describes the index a cache hit found.
@@ -160,7 +167,6 @@ func build(ctx context.Context, art *jobs.Artifact, corpus format.Input, spec jo
 	if err != nil {
 		return nil, err
 	}
-	m.Key = c.Digest()
 	res := &Result{Dir: art.Out, Key: art.Key, Commit: c, Meta: m, BuildS: spec.Now().Sub(start).Seconds()}
 	spec.Log.Info("index built", "dir", art.Out, "key", art.Key.Short(), "docs", m.Docs,
 		"corpus_sha256", m.Corpus.SHA256, "build_s", res.BuildS)

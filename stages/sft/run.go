@@ -114,7 +114,7 @@ func (r *run) oracleInputs() (*search.Local, []format.Input, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--index: %w", err)
 	}
-	inputs, err := keyedInputs(r.in, idx.Meta().Key)
+	inputs, err := keyedInputs(r.in)
 	if err != nil {
 		idx.Close()
 		return nil, nil, err
@@ -356,7 +356,9 @@ func summary(before, after float64, mets []Metric, trajectories int, trajs []tas
 	return out
 }
 
-func keyedInputs(in Inputs, indexKey string) ([]format.Input, error) {
+// keyedInputs names the task, its prompts, the index and the policy by digest, the
+// committed ones (index, policy) by their commit records, as the rollout stage names them.
+func keyedInputs(in Inputs) ([]format.Input, error) {
 	taskIn, err := jobs.FileInput("task", filepath.Join(in.Task, task.SummaryFile))
 	if err != nil {
 		return nil, err
@@ -369,8 +371,9 @@ func keyedInputs(in Inputs, indexKey string) ([]format.Input, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The index is named by the key its meta file records (corpus bytes, analyzer,
-	// format), as the rollout stage names it: hashing a large index's files is slow.
-	index := format.Input{Name: "index", Path: filepath.Clean(in.Index), Digest: "index:" + indexKey}
+	index, err := jobs.CheckpointInput("index", in.Index)
+	if err != nil {
+		return nil, err
+	}
 	return []format.Input{taskIn, prompts, index, policy}, nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/agent/protocol"
-	"github.com/mempo/mempo/agent/search"
 	"github.com/mempo/mempo/agent/task"
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/format/formattest"
@@ -25,6 +24,7 @@ import (
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/torch"
 	"github.com/mempo/mempo/stages/gentask"
+	"github.com/mempo/mempo/stages/index"
 	"github.com/mempo/mempo/train"
 )
 
@@ -44,8 +44,8 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := gentask.Run(context.Background(), tc, jobs.Spec{Out: taskDir}); err != nil {
 		t.Fatal(err)
 	}
-	index := filepath.Join(dir, "index")
-	if _, _, err := search.Build(context.Background(), search.IndexConfig{Corpus: filepath.Join(taskDir, task.CorpusFile), Dir: index}, search.BuildOptions{}); err != nil {
+	idx := filepath.Join(dir, "index")
+	if _, err := index.Run(context.Background(), index.Config{Corpus: filepath.Join(taskDir, task.CorpusFile)}, jobs.Spec{Out: idx}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := task.Generate(tc)
@@ -81,7 +81,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := tok.Save(filepath.Join(policy, format.TokenizerFile)); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: index, Policy: policy}}
+	return &fixture{dir: dir, in: Inputs{Task: taskDir, Index: idx, Policy: policy}}
 }
 
 func testConfig() Config {
