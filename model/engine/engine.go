@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
@@ -460,7 +459,7 @@ func (e *Engine) pick(logits []float32, picks []pick) {
 			picks[r] = pick{tok: tok, lp: lp, top: sample.TopLogprobs(row, s.key.temp, s.topK)}
 		}
 	}
-	spread(n, run)
+	torch.Spread(n, run)
 }
 
 // sampler is worker w's sampler for the pick settings k.
@@ -475,36 +474,6 @@ func (e *Engine) sampler(w int, k pickKey) *sample.Sampler {
 		e.samps[w][k] = s
 	}
 	return s
-}
-
-// spread runs run(w) for every worker w in [0, n) at once, worker 0 on the calling
-// goroutine, and returns when all have. A worker's panic with an error or string
-// value (a NaN logit) is raised again in the caller, where Step's catch converts
-// it; a runtime.Error is a bug and crashes in the worker, with its stack.
-func spread(n int, run func(w int)) {
-	var wg sync.WaitGroup
-	fail := make([]any, n)
-	for w := 1; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				r := recover()
-				if _, bug := r.(runtime.Error); bug {
-					panic(r)
-				}
-				fail[w] = r
-			}()
-			run(w)
-		}()
-	}
-	run(0)
-	wg.Wait()
-	for _, f := range fail {
-		if f != nil {
-			panic(f)
-		}
-	}
 }
 
 // Close drops every held sequence and frees the engine's tensors; the engine stays

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
@@ -314,37 +313,7 @@ func pickRows(samps []*sample.Sampler, logits []float32, vocab int, active []int
 		}
 	}
 	n := min(len(samps), len(active))
-	spread(n, func(w int) { run(w, n) })
-}
-
-// spread runs run(w) for every worker w in [0, n) at once, worker 0 on the calling
-// goroutine, and returns when all have. A worker's panic with an error or string
-// value (a NaN logit) is raised again in the caller, where the decode loop's catch
-// converts it; a runtime.Error is a bug and crashes in the worker, with its stack.
-func spread(n int, run func(w int)) {
-	var wg sync.WaitGroup
-	fail := make([]any, n)
-	for w := 1; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				r := recover()
-				if _, bug := r.(runtime.Error); bug {
-					panic(r)
-				}
-				fail[w] = r
-			}()
-			run(w)
-		}()
-	}
-	run(0)
-	wg.Wait()
-	for _, f := range fail {
-		if f != nil {
-			panic(f)
-		}
-	}
+	torch.Spread(n, func(w int) { run(w, n) })
 }
 
 // lastLogits runs b through the model (through fused projections fs when not nil)

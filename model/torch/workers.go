@@ -40,17 +40,50 @@ func Parallel(n int, f func(w int)) {
 		wg.Add(1)
 		workers.jobs[w] <- func() {
 			defer wg.Done()
-			defer func() {
-				r := recover()
-				if _, bug := r.(runtime.Error); bug {
-					panic(r)
-				}
-				fail[w] = r
-			}()
+			defer keep(&fail[w])
 			f(w)
 		}
 	}
 	wg.Wait()
+	raise(fail)
+}
+
+// Spread runs run(w) for every w in [0, n) at once, w = 0 on the calling goroutine
+// and each other on a goroutine of its own (for host work such as sampling, not
+// libtorch ops), and returns when all have. Panics are Parallel's: one with an error
+// or string value (a NaN logit) is raised again in the caller; a runtime.Error, a bug,
+// crashes where it happened, with its stack.
+func Spread(n int, run func(w int)) {
+	var wg sync.WaitGroup
+	fail := make([]any, max(n, 1))
+	for w := 1; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer keep(&fail[w])
+			run(w)
+		}()
+	}
+	func() {
+		defer keep(&fail[0])
+		run(0)
+	}()
+	wg.Wait()
+	raise(fail)
+}
+
+// keep, deferred by a worker, records its panic in *fail unless the panic is a bug (a
+// runtime.Error), which it lets crash the worker.
+func keep(fail *any) {
+	r := recover()
+	if _, bug := r.(runtime.Error); bug {
+		panic(r)
+	}
+	*fail = r
+}
+
+// raise panics with the first worker's panic, if any.
+func raise(fail []any) {
 	for _, r := range fail {
 		if r != nil {
 			panic(r)
