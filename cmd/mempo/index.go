@@ -28,7 +28,7 @@ Serve it with 'mempo serve-retriever --index DIR' or pass DIR to mempo-rollout.`
 }
 
 func (ix *indexCmd) flags() *app.Flags {
-	return app.Bind(&ix.cfg, app.Unbound(indexOutFlag, app.ForceFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag), []app.Flag{
+	return app.Bind(&ix.cfg, app.Unbound(indexOutFlag, app.ForceFlag, app.ProgressFlag, app.LogLevelFlag, app.DebugFlag, app.TBDirFlag, app.TBStepFlag), []app.Flag{
 		app.String(&ix.cfg.Corpus, cli.StringFlag{Name: "corpus", Category: "Index", Required: true, TakesFile: true,
 			Usage: `Search-R1 JSONL corpus to index, one {"id": "…", "contents": "\"Title\"\ntext"} per line (".gz" is read compressed)`}),
 	})
