@@ -1,21 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/mempo/mempo/cmd/internal/app"
 	"github.com/mempo/mempo/cmd/internal/torchflag"
-	"github.com/mempo/mempo/format"
-	"github.com/mempo/mempo/model/bpe"
-	"github.com/mempo/mempo/model/chat"
 	"github.com/mempo/mempo/model/engine"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/serve"
@@ -133,34 +130,17 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 		return app.Usage(err)
 	}
 	torch.BoundHeap()
-	tok, err := bpe.Load(filepath.Join(s.policy, format.TokenizerFile))
-	if err != nil {
-		return fmt.Errorf("--policy: %w", err)
-	}
-	m, err := qwen2.Load(s.policy, qwen2.Options{Device: s.device, DType: s.dtype, Attention: s.attention})
-	if err != nil {
-		return fmt.Errorf("--policy: %w", err)
-	}
-	defer m.Drop()
-	if err := m.Config.CheckTokenizer(tok, bpe.ImStart, bpe.ImEnd); err != nil {
-		return fmt.Errorf("--policy %s: %w", s.policy, err)
-	}
-	name := s.name
-	if name == "" {
-		name = s.policy
-	}
 	log := slog.Default()
-	eng, err := engine.New(m, s.engine)
-	if err != nil {
+	m, closeModel, err := serve.Open(serve.Policy{Dir: s.policy, Name: s.name, Engine: s.engine,
+		Options: qwen2.Options{Device: s.device, DType: s.dtype, Attention: s.attention}}, log)
+	if errors.Is(err, engine.ErrConfig) {
 		return app.Usage(err)
 	}
-	defer eng.Close()
-	// Chat completions render with the checkpoint's template, else ChatML (with a warning).
-	tmpl, err := chat.ForCheckpoint(s.policy, chat.FromCheckpoint, log)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	srv, err := serve.New(serve.Model{Name: name, Engine: eng, Tok: tok, Chat: tmpl, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, s.cfg, log)
+	defer closeModel()
+	srv, err := serve.New(m, s.cfg, log)
 	if err != nil {
 		return err
 	}
@@ -170,6 +150,6 @@ func (s *servePolicyCmd) run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Info("serving policy", "policy", s.policy, "model", name, "url", "http://"+ln.Addr().String()+"/v1")
+	log.Info("serving policy", "policy", s.policy, "model", m.Name, "url", "http://"+ln.Addr().String()+"/v1")
 	return srv.Serve(ctx, ln)
 }

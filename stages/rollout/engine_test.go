@@ -28,30 +28,18 @@ import (
 )
 
 // servePolicy starts `mempo serve-policy`'s server over the fixture's policy on a
-// loopback listener, its batch bounded by ecfg, and returns its URL.
-func servePolicy(t testing.TB, cfg serve.Config, ecfg engine.Config) string {
+// loopback listener, its batch bounded by ecfg, and returns its URL and its engine;
+// stop shuts the server down and closes the model (at cleanup too).
+func servePolicy(t testing.TB, cfg serve.Config, ecfg engine.Config) (url string, eng *engine.Engine, stop func()) {
 	t.Helper()
 	f := testFixture(t)
-	m, err := qwen2.Load(f.policy, qwen2.Options{Device: "cpu"})
+	m, closeModel, err := serve.Open(serve.Policy{Dir: f.policy, Name: "tiny", Options: qwen2.Options{Device: "cpu"}, Engine: ecfg}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Drop)
-	eng, err := engine.New(m, ecfg)
+	srv, err := serve.New(m, cfg, nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	url, _ := serveEngine(t, cfg, m, eng)
-	return url
-}
-
-// serveEngine serves eng, an engine over m, as servePolicy does; stop shuts the server
-// down (after it, the engine is the caller's again) and runs at cleanup too.
-func serveEngine(t testing.TB, cfg serve.Config, m *qwen2.Model, eng *engine.Engine) (url string, stop func()) {
-	t.Helper()
-	f := testFixture(t)
-	srv, err := serve.New(serve.Model{Name: "tiny", Engine: eng, Tok: f.tok, MaxPositions: m.Config.MaxPositions, VocabSize: m.Config.VocabSize}, cfg, nil)
-	if err != nil {
+		closeModel()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,9 +47,9 @@ func serveEngine(t testing.TB, cfg serve.Config, m *qwen2.Model, eng *engine.Eng
 	go func() { srv.Run(ctx); close(done) }()
 	ts := httptest.NewServer(srv.Handler())
 	var once sync.Once
-	stop = func() { once.Do(func() { ts.Close(); cancel(); <-done; eng.Close() }) }
+	stop = func() { once.Do(func() { ts.Close(); cancel(); <-done; closeModel() }) }
 	t.Cleanup(stop)
-	return ts.URL, stop
+	return ts.URL, m.Engine.(*engine.Engine), stop
 }
 
 func serverConfig(cfg Config, url string) Config {
@@ -81,8 +69,8 @@ func TestServerEngineMatchesLocal(t *testing.T) {
 	}
 	f := testFixture(t)
 	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index, Engine: DefaultEngineClient()}
-	one := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 1, TokenBudget: 1 << 20})
-	many := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 16, TokenBudget: 1 << 20})
+	one, _, _ := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 1, TokenBudget: 1 << 20})
+	many, _, _ := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 16, TokenBudget: 1 << 20})
 	for _, c := range []struct {
 		name  string
 		temp  float64
@@ -141,16 +129,7 @@ func TestServerPrefixCache(t *testing.T) {
 	}
 	f := testFixture(t)
 	in := Inputs{Prompts: f.train, Policy: f.policy, Index: f.index, Engine: DefaultEngineClient()}
-	m, err := qwen2.Load(f.policy, qwen2.Options{Device: "cpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Drop)
-	eng, err := engine.New(m, engine.Config{MaxRows: 16, TokenBudget: 1 << 20, PrefixCache: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, stop := serveEngine(t, serve.DefaultConfig(), m, eng)
+	url, eng, stop := servePolicy(t, serve.DefaultConfig(), engine.Config{MaxRows: 16, TokenBudget: 1 << 20, PrefixCache: 1 << 16})
 	root := t.TempDir()
 	cfg := modelConfig(3)
 	cfg.Context, cfg.MaxTurns = protocol.Full, 4
@@ -338,7 +317,7 @@ func TestRemoteFailures(t *testing.T) {
 // rollout of 16 episodes). Figures only.
 func BenchmarkServerEngine(b *testing.B) {
 	f := testFixture(b)
-	url := servePolicy(b, serve.DefaultConfig(), engine.DefaultConfig())
+	url, _, _ := servePolicy(b, serve.DefaultConfig(), engine.DefaultConfig())
 	cfg := serverConfig(DefaultConfig(), url)
 	cfg.MaxNewTokens = 64
 	cfg.Protocol = protocol.Default()
