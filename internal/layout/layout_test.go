@@ -70,6 +70,18 @@ var floor = map[string]int{
 	"internal": 1,
 }
 
+// serving ranks the model packages that serve a policy above the rest of model/: the
+// server (2) drives the continuous-batching engine (1), which drives the architecture.
+func serving(path string) int {
+	switch {
+	case path == "model/serve" || strings.HasPrefix(path, "model/serve/"):
+		return 2
+	case path == "model/engine" || strings.HasPrefix(path, "model/engine/"):
+		return 1
+	}
+	return 0
+}
+
 // violation returns why from may not import to (both module-relative), or "".
 func violation(from, to string) string {
 	ff, ft := top(from), top(to)
@@ -82,8 +94,12 @@ func violation(from, to string) string {
 		return "test harnesses (…test packages) are for tests only"
 	case ff == "stages" && ft == "stages":
 		return "a stage never imports another stage; stages talk through datasets and checkpoints"
+	case ff == "model" && ft == "model" && serving(from) < serving(to):
+		return "the architecture knows no engine and the engine no server: model/serve → model/engine → model/qwen2"
 	case ff == ft:
 		return "" // within one folder (model/qwen2 → model/torch, jobs/jobstest → jobs, …)
+	case ff == "agent" && ft == "jobs":
+		return "the environment reads what is on disk through format; committing it (jobs) is a step's, as stages/index commits the search index"
 	case ff == "train" && ft == "model":
 		return "" // training updates the model's weights
 	case ff == "jobs" && ft == "format":
@@ -156,6 +172,15 @@ func TestViolation(t *testing.T) {
 		{"audit", "stages/eval", false},
 		{"stages/eval", "audit", false},
 		{"format", "audit", false},
+		{"model/serve", "model/engine", true},
+		{"model/engine", "model/qwen2", true},
+		{"model/qwen2", "model/engine", false},
+		{"model/engine", "model/serve", false},
+		{"model/torch", "model/serve", false},
+		{"stages/index", "agent/search", true},
+		{"stages/index", "jobs", true},
+		{"agent/search", "jobs", false},
+		{"agent/search", "format", true},
 	} {
 		if got := violation(c.from, c.to) == ""; got != c.ok {
 			t.Errorf("%s → %s allowed = %v, want %v (%q)", c.from, c.to, got, c.ok, violation(c.from, c.to))
