@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // engineCase is a sequence of TestEngineMatchesGenerate and the decode step at
@@ -240,7 +241,7 @@ func TestEngineLimits(t *testing.T) {
 // TestEngineUnderCollector runs the engine cases (rows joining and leaving, the running
 // cache repacked as they do) in float32 and bfloat16, once quietly and once while
 // another goroutine runs the garbage collector and hands gotch tensors to their
-// finalizers (collectorPressure): the completions must be identical. See
+// finalizers (torchtest.CollectorPressure): the completions must be identical. See
 // TestGenerateUnderCollector.
 func TestEngineUnderCollector(t *testing.T) {
 	for _, dt := range []string{"float32", "bfloat16"} {
@@ -255,7 +256,7 @@ func TestEngineUnderCollector(t *testing.T) {
 			return out
 		}
 		quiet := run()
-		stop := collectorPressure()
+		stop := torchtest.CollectorPressure()
 		loud := run()
 		stop()
 		for i := range quiet {

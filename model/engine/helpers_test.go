@@ -3,14 +3,11 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
-	"github.com/sugarme/gotch"
 )
 
 // testConfig is qwen2's tiny preset over a vocabulary of 97, narrowed to two layers,
@@ -69,27 +66,4 @@ func maxAbsDiff(a, b []float32) float64 {
 		d = max(d, math.Abs(float64(a[i]-b[i])))
 	}
 	return d
-}
-
-// collectorPressure runs the garbage collector in a loop, with gotch tensors left
-// to their finalizers, until stop is called (see qwen2's TestGenerateUnderCollector).
-func collectorPressure() (stop func()) {
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for range 8 {
-				_ = torch.RawZeros([]int64{8}, gotch.Float, gotch.CPU).Wrap()
-			}
-			runtime.GC()
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }

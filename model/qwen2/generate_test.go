@@ -4,17 +4,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
-	"github.com/sugarme/gotch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 func testRequests(n int) []Request {
@@ -401,7 +399,7 @@ func TestGenerateUnderCollector(t *testing.T) {
 			if len(lengths) < 3 {
 				t.Fatalf("%s round %d: completions of %d distinct lengths; the test needs rows leaving at several steps", dt, r, len(lengths))
 			}
-			stop := collectorPressure()
+			stop := torchtest.CollectorPressure()
 			loud := generate(t, m, reqs, cfg)
 			stop()
 			for i := range reqs {
@@ -414,29 +412,6 @@ func TestGenerateUnderCollector(t *testing.T) {
 			}
 		}
 	}
-}
-
-// collectorPressure starts a goroutine that drops gotch tensors to their finalizers and
-// runs the garbage collector in a loop; the returned func stops it.
-func collectorPressure() (stop func()) {
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for range 8 {
-				_ = torch.RawZeros([]int64{8}, gotch.Float, gotch.CPU).Wrap()
-			}
-			runtime.GC()
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }
 
 // TestGeneratePast runs three turns of four sequences, each turn's prompt the last

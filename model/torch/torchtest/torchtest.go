@@ -5,6 +5,7 @@ package torchtest
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -129,4 +130,29 @@ func CopyBandwidth() float64 {
 	defer torch.Free(src, dst)
 	copyRate[threads] = 2 * 4 * n * Measure(func() { dst.CopyFrom(src) })
 	return copyRate[threads]
+}
+
+// CollectorPressure starts a goroutine that leaves gotch tensors to their finalizers and
+// runs the garbage collector in a loop, as a long run's collector would at any moment;
+// the returned func stops it. Tests run passes under it to show that no tensor they
+// hold is freed behind their back.
+func CollectorPressure() (stop func()) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for range 8 {
+				_ = torch.RawZeros([]int64{8}, gotch.Float, gotch.CPU).Wrap()
+			}
+			runtime.GC()
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
