@@ -1,7 +1,8 @@
 // Package search is the agent's search tool (DESIGN.md §6): a reader for Search-R1
 // JSONL corpora, a local BM25 index built with bleve (committed by stages/index), a
 // Retriever over that index or over a Search-R1 retrieval server, an HTTP handler that
-// serves a local index under the same API. The observation text the policy sees is rendered by agent/protocol.
+// serves a local index under the same API. The observation text the policy sees is
+// rendered by agent/protocol.
 //
 // It is pure Go.
 package search
