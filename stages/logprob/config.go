@@ -85,21 +85,21 @@ func DefaultConfig() Config {
 		AnswerOpen: "<answer>", AnswerSeparator: "; "}
 }
 
-// Validate checks the settings.
+// Validate names the first bad setting by its flag.
 func (c Config) Validate() error {
 	switch {
 	case c.TokenBudget < 1:
-		return fmt.Errorf("logprob: token budget %d, want >= 1: %w", c.TokenBudget, ErrConfig)
+		return fmt.Errorf("--token-budget %d: want >= 1: %w", c.TokenBudget, ErrConfig)
 	case c.Chunk < 1:
-		return fmt.Errorf("logprob: chunk %d, want >= 1: %w", c.Chunk, ErrConfig)
+		return fmt.Errorf("--chunk %d: want >= 1: %w", c.Chunk, ErrConfig)
 	case math.IsNaN(c.Temperature) || math.IsInf(c.Temperature, 0) || c.Temperature <= 0:
-		return fmt.Errorf("logprob: temperature %v, want > 0: %w", c.Temperature, ErrConfig)
+		return fmt.Errorf("--temperature %v: want > 0 (the rollouts' sampling temperature): %w", c.Temperature, ErrConfig)
 	case c.Device == "":
-		return fmt.Errorf("logprob: no device, want cpu, cuda or cuda:N: %w", ErrConfig)
+		return fmt.Errorf("--device: none given, want cpu, cuda or cuda:N: %w", ErrConfig)
 	case c.PCtx && !c.MemoryPass:
-		return fmt.Errorf("logprob: p_ctx is part of the memory pass, which is off: %w", ErrConfig)
+		return fmt.Errorf("--p-ctx: part of the memory pass, which is off (--memory-pass): %w", ErrConfig)
 	case c.MemoryPass && c.AnswerOpen == "":
-		return fmt.Errorf("logprob: the memory pass needs the protocol's answer tag: %w", ErrConfig)
+		return fmt.Errorf("--memory-pass: the protocol (--protocol) has no answer tag, which the memory pass needs: %w", ErrConfig)
 	}
 	return nil
 }
