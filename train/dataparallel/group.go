@@ -214,27 +214,16 @@ func (g *Group) Backward(batch []qwen2.Pair) (loss float64, tokens int, err erro
 		return 0, 0, fmt.Errorf("data parallel: Backward on a group started for the PPO update")
 	}
 	whole := g.nll.Totals(batch)
-	costs := make([]int, len(batch))
-	for i, e := range batch {
-		costs[i] = len(e.Context) + len(e.Response)
-	}
-	shares := Split(costs, len(g.workers)+1)
-	pairs := func(share []int) []qwen2.Pair {
-		out := make([]qwen2.Pair, len(share))
-		for i, j := range share {
-			out[i] = batch[j]
-		}
-		return out
-	}
+	shares := Split(pairCosts(batch), len(g.workers)+1)
 	jobs := make([]*work, len(g.workers))
 	for k := range jobs {
 		if len(shares[k+1]) > 0 {
-			jobs[k] = &work{Pairs: pairs(shares[k+1]), Whole: whole}
+			jobs[k] = &work{Pairs: pick(batch, shares[k+1]), Whole: whole}
 		}
 	}
 	err = g.round(jobs, func() error {
 		var err error
-		loss, tokens, err = g.nll.BackwardPart(pairs(shares[0]), whole)
+		loss, tokens, err = g.nll.BackwardPart(pick(batch, shares[0]), whole)
 		return err
 	}, func(d done) {
 		loss += d.Loss
@@ -254,13 +243,7 @@ func (g *Group) Micros(micros [][]*train.Sequence, divisor float64) (st train.St
 	if g.ppo == nil {
 		return st, fmt.Errorf("data parallel: Micros on a group started for SFT")
 	}
-	costs := make([]int, len(micros))
-	for i, mi := range micros {
-		for _, s := range mi {
-			costs[i] += s.Len()
-		}
-	}
-	shares := Split(costs, len(g.workers)+1)
+	shares := Split(microCosts(micros), len(g.workers)+1)
 	jobs := make([]*work, len(g.workers))
 	for k := range jobs {
 		if len(shares[k+1]) == 0 {

@@ -3,6 +3,9 @@ package dataparallel
 import (
 	"cmp"
 	"slices"
+
+	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/train"
 )
 
 // Split deals items of the given costs into at most parts shares of about equal total
@@ -35,4 +38,33 @@ func Split(costs []int, parts int) [][]int {
 		slices.Sort(s)
 	}
 	return shares
+}
+
+// pairCosts is each pair's tokens, what Split deals SFT's batch by.
+func pairCosts(batch []qwen2.Pair) []int {
+	costs := make([]int, len(batch))
+	for i, e := range batch {
+		costs[i] = len(e.Context) + len(e.Response)
+	}
+	return costs
+}
+
+// microCosts is each micro-batch's tokens, what Split deals a mini-batch's micro-batches by.
+func microCosts(micros [][]*train.Sequence) []int {
+	costs := make([]int, len(micros))
+	for j, mi := range micros {
+		for _, s := range mi {
+			costs[j] += s.Len()
+		}
+	}
+	return costs
+}
+
+// pick is items[idx[0]], items[idx[1]], …: a share (or a micro-batch) of a batch.
+func pick[T any](items []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for i, j := range idx {
+		out[i] = items[j]
+	}
+	return out
 }

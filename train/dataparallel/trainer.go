@@ -67,9 +67,7 @@ func (t *Trainer) PPO(step train.PPOStep, adam *train.AdamW, batch []*train.Sequ
 	cut := step.Cut(batch, budget)
 	micros := make([][]*train.Sequence, len(cut))
 	for j, mi := range cut {
-		for _, i := range mi {
-			micros[j] = append(micros[j], batch[i])
-		}
+		micros[j] = pick(batch, mi)
 	}
 	res := PPOResult{Micros: len(micros)}
 	run := func(j int) error {
@@ -99,24 +97,16 @@ func (t *Trainer) PPO(step train.PPOStep, adam *train.AdamW, batch []*train.Sequ
 			}
 		}
 	}
-	if err != nil {
-		adam.ZeroGrad()
+	if res.StepStats, err = stepAdam(adam, err); err != nil {
 		return PPOResult{}, err
 	}
-	res.StepStats, err = stepAdam(adam)
-	return res, err
+	return res, nil
 }
 
 // rankShare runs this rank's micro-batches of a mini-batch, dealt among the ranks by
 // tokens as a local group deals them, and sums the gradients across the ranks.
 func (t *Trainer) rankShare(micros [][]*train.Sequence, adam *train.AdamW, run func(j int) error) error {
-	costs := make([]int, len(micros))
-	for j, mi := range micros {
-		for _, s := range mi {
-			costs[j] += s.Len()
-		}
-	}
-	for _, j := range Split(costs, t.Ranks.World())[t.Ranks.Rank()] {
+	for _, j := range Split(microCosts(micros), t.Ranks.World())[t.Ranks.Rank()] {
 		if err := run(j); err != nil {
 			return fmt.Errorf("rank %d: %w", t.Ranks.Rank(), err)
 		}
@@ -137,12 +127,10 @@ func (t *Trainer) NLL(step train.NLLStep, adam *train.AdamW, batch []qwen2.Pair)
 	default:
 		loss, tokens, err = step.Backward(batch)
 	}
-	if err != nil {
-		adam.ZeroGrad()
+	if ss, err = stepAdam(adam, err); err != nil {
 		return 0, 0, ss, err
 	}
-	ss, err = stepAdam(adam)
-	return loss, tokens, ss, err
+	return loss, tokens, ss, nil
 }
 
 // rankNLL runs this rank's share of a batch, dealt among the ranks by tokens as a local
@@ -150,15 +138,7 @@ func (t *Trainer) NLL(step train.NLLStep, adam *train.AdamW, batch []qwen2.Pair)
 // tokens across the ranks.
 func (t *Trainer) rankNLL(step train.NLLStep, adam *train.AdamW, batch []qwen2.Pair) (float64, int, error) {
 	c := t.Ranks
-	costs := make([]int, len(batch))
-	for i, e := range batch {
-		costs[i] = len(e.Context) + len(e.Response)
-	}
-	share := Split(costs, c.World())[c.Rank()]
-	part := make([]qwen2.Pair, len(share))
-	for i, j := range share {
-		part[i] = batch[j]
-	}
+	part := pick(batch, Split(pairCosts(batch), c.World())[c.Rank()])
 	loss, tokens, err := step.BackwardPart(part, step.Totals(batch))
 	if err != nil {
 		return 0, 0, fmt.Errorf("rank %d: %w", c.Rank(), err)
@@ -191,8 +171,13 @@ func (t *Trainer) start(group func(Config) (*Group, error)) error {
 	return nil
 }
 
-// stepAdam takes the optimizer step and clears the gradients for the next.
-func stepAdam(adam *train.AdamW) (train.StepStats, error) {
+// stepAdam ends a step whose passes returned passErr: the optimizer step, then the
+// gradients cleared for the next; after a failed pass, only the clearing.
+func stepAdam(adam *train.AdamW, passErr error) (train.StepStats, error) {
+	if passErr != nil {
+		adam.ZeroGrad()
+		return train.StepStats{}, passErr
+	}
 	ss, err := adam.Step()
 	if zerr := adam.ZeroGrad(); err == nil {
 		err = zerr
