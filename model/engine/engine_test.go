@@ -32,12 +32,12 @@ func engineCases() []engineCase {
 	var out []engineCase
 	for i := range 10 {
 		out = append(out, engineCase{
-			seq:  Sequence{Request: qwen2.Request{Prompt: randomTokens(rng, 2+rng.IntN(20), 97), Seed: uint64(300 + i)}, Sampling: settings[i%len(settings)]},
+			seq:  Sequence{Request: qwen2.Request{Prompt: torchtest.RandomTokens(rng, 2+rng.IntN(20), 97), Seed: uint64(300 + i)}, Sampling: settings[i%len(settings)]},
 			join: []int{0, 0, 1, 3, 3, 4, 7, 8, 8, 15}[i],
 		})
 	}
 	// A prompt that reaches max_position_embeddings (64) before max_tokens.
-	out[6].seq.Prompt = randomTokens(rng, 58, 97)
+	out[6].seq.Prompt = torchtest.RandomTokens(rng, 58, 97)
 	out[6].seq.Sampling = sample.Config{Temperature: 1, MaxNewTokens: 20}
 	return out
 }
@@ -138,7 +138,7 @@ func TestEngineMatchesGenerate(t *testing.T) {
 				if diff := cmp.Diff(want[i].Tokens, got[i].Tokens); diff != "" || got[i].Finish != want[i].Finish {
 					t.Errorf("case %d: finish %q, want %q; tokens (-alone +engine):\n%s", i, got[i].Finish, want[i].Finish, diff)
 				}
-				d := maxAbsDiff(want[i].LogProbs, got[i].LogProbs)
+				d := torchtest.MaxAbsDiff(want[i].LogProbs, got[i].LogProbs)
 				if d > 1e-5 {
 					t.Errorf("case %d: max |Δlogprob| = %g, want <= 1e-5", i, d)
 				}
@@ -298,7 +298,7 @@ func TestEnginePrefixCache(t *testing.T) {
 					if diff := cmp.Diff(alone.Tokens, f.Tokens); diff != "" {
 						t.Errorf("prompt of %d tokens: tokens (-alone +engine):\n%s", len(s.Prompt), diff)
 					}
-					if d := maxAbsDiff(alone.LogProbs, f.LogProbs); d > 1e-5 {
+					if d := torchtest.MaxAbsDiff(alone.LogProbs, f.LogProbs); d > 1e-5 {
 						t.Errorf("prompt of %d tokens: max |Δlogprob| = %g, want <= 1e-5", len(s.Prompt), d)
 					}
 					return f.Completion
@@ -309,13 +309,13 @@ func TestEnginePrefixCache(t *testing.T) {
 		return qwen2.Completion{}
 	}
 	greedy := sample.Config{MaxNewTokens: 6}
-	prompt := randomTokens(rng, 20, 97)
+	prompt := torchtest.RandomTokens(rng, 20, 97)
 	first := run(Sequence{Request: qwen2.Request{Prompt: prompt, Seed: 1}, Sampling: greedy})
 	held := len(prompt) + len(first.Tokens) - 1
 	if st := e.PrefixStats(); st != (PrefixStats{Held: held}) {
 		t.Fatalf("after the first turn: %+v, want %d tokens held and no hit", st, held)
 	}
-	next := slices.Concat(prompt, first.Tokens, randomTokens(rng, 7, 97))
+	next := slices.Concat(prompt, first.Tokens, torchtest.RandomTokens(rng, 7, 97))
 	second := run(Sequence{Request: qwen2.Request{Prompt: next, Seed: 2}, Sampling: greedy})
 	want := PrefixStats{Hits: 1, Reused: held, Held: len(next) + len(second.Tokens) - 1}
 	if st := e.PrefixStats(); st != want {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/mempo/mempo/model/qwen2"
@@ -36,14 +34,6 @@ func newTestModel(t testing.TB, c qwen2.Config, opt qwen2.Options) *qwen2.Model 
 	return m
 }
 
-func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = rng.Int64N(int64(vocab))
-	}
-	return out
-}
-
 // generate is m.Generate, failing t on an error.
 func generate(t *testing.T, m *qwen2.Model, reqs []qwen2.Request, cfg sample.Config) []qwen2.Completion {
 	t.Helper()
@@ -56,14 +46,3 @@ func generate(t *testing.T, m *qwen2.Model, reqs []qwen2.Request, cfg sample.Con
 
 // liveTensors counts the tensors not yet freed.
 func liveTensors() int { return torch.Live() }
-
-func maxAbsDiff(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	d := 0.0
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i]-b[i])))
-	}
-	return d
-}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mempo/mempo/model/qwen2"
 	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // TestEngineLogprobs: a sequence asking for the 5 most likely tokens per position
@@ -55,7 +56,7 @@ func TestEngineLogprobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := maxAbsDiff(want[0].LogProbs, c.PromptLogProbs); len(c.PromptLogProbs) != len(seq.Prompt)-1 || d > 1e-5 {
+		if d := torchtest.MaxAbsDiff(want[0].LogProbs, c.PromptLogProbs); len(c.PromptLogProbs) != len(seq.Prompt)-1 || d > 1e-5 {
 			t.Errorf("case %d: %d prompt log-probs, max |Δ| %g from LogProbs; want %d within 1e-5", i, len(c.PromptLogProbs), d, len(seq.Prompt)-1)
 		}
 		for j, top := range c.PromptTop {

@@ -43,7 +43,7 @@ func benchLayer(b *testing.B, m *Model, n int, train, sdpa bool) {
 	defer func(old int64) { m.fuseFrom = old }(m.fuseFrom)
 	m.fuseFrom, _ = attentionFuseFrom(map[bool]string{false: "eager", true: "sdpa"}[sdpa])
 	rng := rand.New(rand.NewPCG(5, 5))
-	bt := NewBatch([][]int64{randomTokens(rng, n, m.Config.VocabSize)}, []int{0}, nil, 0)
+	bt := NewBatch([][]int64{torchtest.RandomTokens(rng, n, m.Config.VocabSize)}, []int{0}, nil, 0)
 	var ids, pos, bias, x, dy torch.Raw
 	torch.DoNoGrad(func() {
 		ids, pos, bias = m.inputs(bt)

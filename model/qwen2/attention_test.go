@@ -16,6 +16,7 @@ import (
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // withAttention runs f with m's multi-token passes attending as Options.Attention name
@@ -89,7 +90,7 @@ func TestFusedAttentionGenerate(t *testing.T) {
 		if diff := cmp.Diff(eager[i].Tokens, fused[i].Tokens); diff != "" {
 			t.Errorf("completion %d tokens (-eager +sdpa):\n%s", i, diff)
 		}
-		if d := maxAbsDiff(eager[i].LogProbs, fused[i].LogProbs); d > 1e-5 {
+		if d := torchtest.MaxAbsDiff(eager[i].LogProbs, fused[i].LogProbs); d > 1e-5 {
 			t.Errorf("completion %d: max |Δlogprob| = %g, want <= 1e-5", i, d)
 		}
 	}
@@ -108,10 +109,10 @@ func TestFusedAttentionBFloat16(t *testing.T) {
 	var eager, fused scored
 	withAttention(t, m, "eager", func() { eager = scoreGrads(t, m, m.LogProbTensor, pairs, cfg) })
 	withAttention(t, m, "sdpa", func() { fused = scoreGrads(t, m, m.LogProbTensor, pairs, cfg) })
-	if d := maxAbsDiff(fused.lp, eager.lp); d > 0.05 {
+	if d := torchtest.MaxAbsDiff(fused.lp, eager.lp); d > 0.05 {
 		t.Errorf("bfloat16 log-probs differ by %g, want <= 0.05", d)
 	}
-	if d := maxAbsDiff(fused.ent, eager.ent); d > 0.05 {
+	if d := torchtest.MaxAbsDiff(fused.ent, eager.ent); d > 0.05 {
 		t.Errorf("bfloat16 entropies differ by %g, want <= 0.05", d)
 	}
 	for k, g := range fused.grads {
@@ -203,7 +204,7 @@ func attentionPeak(t *testing.T, name string) int64 {
 		t.Fatal(err)
 	}
 	m := newTestModel(t, c, Options{Attention: name})
-	b := NewBatch([][]int64{randomTokens(rand.New(rand.NewPCG(1, 1)), 2048, c.VocabSize)}, []int{0}, nil, 0)
+	b := NewBatch([][]int64{torchtest.RandomTokens(rand.New(rand.NewPCG(1, 1)), 2048, c.VocabSize)}, []int{0}, nil, 0)
 	var peak int64
 	torch.DoNoGrad(func() {
 		ids, pos, bias := m.inputs(b)

@@ -41,7 +41,7 @@ func benchForward(b *testing.B, m *Model, batch, seq int) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	rows := make([][]int64, batch)
 	for i := range rows {
-		rows[i] = randomTokens(rng, seq, m.Config.VocabSize)
+		rows[i] = torchtest.RandomTokens(rng, seq, m.Config.VocabSize)
 	}
 	bt := NewBatch(rows, make([]int, batch), nil, 0)
 	ids, pos, mask := m.tensors(bt)
@@ -106,7 +106,7 @@ func benchDecode(b *testing.B, m *Model, batch int) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	var reqs []Request
 	for i := range batch {
-		reqs = append(reqs, Request{Prompt: randomTokens(rng, 64, m.Config.VocabSize), Seed: uint64(i)})
+		reqs = append(reqs, Request{Prompt: torchtest.RandomTokens(rng, 64, m.Config.VocabSize), Seed: uint64(i)})
 	}
 	const newTokens = 32
 	generate := func(n int) int {
@@ -151,16 +151,16 @@ func BenchmarkGenerateSharedPrompts(b *testing.B) {
 	torchtest.ForThreads(b, []int{1}, func(b *testing.B) {
 		m := benchModel(b, "tiny", 0)
 		rng := rand.New(rand.NewPCG(4, 4))
-		system := randomTokens(rng, 53, m.Config.VocabSize)
+		system := torchtest.RandomTokens(rng, 53, m.Config.VocabSize)
 		for _, turn := range []struct {
 			name string
 			own  int
 		}{{"first-turn", 0}, {"later-turn", 150}} {
 			var reqs []Request
 			for range 8 {
-				question := randomTokens(rng, 20, m.Config.VocabSize)
+				question := torchtest.RandomTokens(rng, 20, m.Config.VocabSize)
 				for range 8 {
-					p := slices.Concat(system, question, randomTokens(rng, turn.own, m.Config.VocabSize))
+					p := slices.Concat(system, question, torchtest.RandomTokens(rng, turn.own, m.Config.VocabSize))
 					reqs = append(reqs, Request{Prompt: p, Seed: uint64(len(reqs))})
 				}
 			}
@@ -202,7 +202,7 @@ func BenchmarkGenerateFullContext(b *testing.B) {
 			b.Run(fmt.Sprintf("context-%d", context), func(b *testing.B) {
 				var prompts [][]int64
 				for range 16 {
-					prompts = append(prompts, randomTokens(rng, context, m.Config.VocabSize))
+					prompts = append(prompts, torchtest.RandomTokens(rng, context, m.Config.VocabSize))
 				}
 				whole, past := secondTurns(b, m, rng, prompts, 60, cfg)
 				var best [2]time.Duration
@@ -240,7 +240,7 @@ func benchLogProbs(b *testing.B, m *Model, n, ctx, resp int) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	var pairs []Pair
 	for range n {
-		pairs = append(pairs, Pair{Context: randomTokens(rng, ctx, m.Config.VocabSize), Response: randomTokens(rng, resp, m.Config.VocabSize)})
+		pairs = append(pairs, Pair{Context: torchtest.RandomTokens(rng, ctx, m.Config.VocabSize), Response: torchtest.RandomTokens(rng, resp, m.Config.VocabSize)})
 	}
 	cfg := ScoreConfig{Entropy: true, TokenBudget: max(8192, n*(ctx+resp))}
 	score := func() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // TestDecoder drives a Decoder as an engine does, greedily: a prompt prefilled and
@@ -20,7 +21,7 @@ func TestDecoder(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	base := liveTensors()
 	rng := rand.New(rand.NewPCG(3, 4))
-	prompts := [][]int64{randomTokens(rng, 9, 97), randomTokens(rng, 4, 97), randomTokens(rng, 13, 97)}
+	prompts := [][]int64{torchtest.RandomTokens(rng, 9, 97), torchtest.RandomTokens(rng, 4, 97), torchtest.RandomTokens(rng, 13, 97)}
 	lengths := []int{6, 3, 8}
 	want := make([][]int64, len(prompts))
 	for i, p := range prompts {
@@ -102,7 +103,7 @@ func TestDecoder(t *testing.T) {
 
 	// The next turn of prompt 2 from its Past (the last one stored).
 	p := pasts[len(pasts)-1]
-	next := slices.Concat(p.Tokens(), randomTokens(rng, 5, 97))
+	next := slices.Concat(p.Tokens(), torchtest.RandomTokens(rng, 5, 97))
 	alone := generate(t, m, []Request{{Prompt: next}}, sample.Config{MaxNewTokens: 1})[0]
 	row, logits, err := d.Prefill(next, p, p.Len(), nil)
 	if err != nil {

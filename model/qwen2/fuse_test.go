@@ -8,6 +8,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // TestFusedMatchesSeparate decodes the same batch through the fused projections
@@ -24,7 +25,7 @@ func TestFusedMatchesSeparate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	base := liveTensors()
 	fs := m.fuse()
-	prompts := [][]int64{randomTokens(rng, 9, tiny.VocabSize), randomTokens(rng, 3, tiny.VocabSize), randomTokens(rng, 14, tiny.VocabSize)}
+	prompts := [][]int64{torchtest.RandomTokens(rng, 9, tiny.VocabSize), torchtest.RandomTokens(rng, 3, tiny.VocabSize), torchtest.RandomTokens(rng, 14, tiny.VocabSize)}
 	run := func(fs []fused) [][]float32 {
 		cache := m.NewCache(len(prompts), 32)
 		defer cache.Drop()
@@ -48,7 +49,7 @@ func TestFusedMatchesSeparate(t *testing.T) {
 	}
 	bits := 0
 	for s := range sep {
-		if d := maxAbsDiff(fus[s], sep[s]); d > 1e-6 {
+		if d := torchtest.MaxAbsDiff(fus[s], sep[s]); d > 1e-6 {
 			t.Errorf("step %d: max |Δlogit| fused vs separate = %g, want <= 1e-6", s, d)
 		}
 		for i := range sep[s] {

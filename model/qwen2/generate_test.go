@@ -19,7 +19,7 @@ func testRequests(n int) []Request {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var out []Request
 	for i := range n {
-		out = append(out, Request{Prompt: randomTokens(rng, 3+rng.IntN(12), 97), Seed: uint64(100 + i)})
+		out = append(out, Request{Prompt: torchtest.RandomTokens(rng, 3+rng.IntN(12), 97), Seed: uint64(100 + i)})
 	}
 	return out
 }
@@ -56,7 +56,7 @@ func TestBatchIndependence(t *testing.T) {
 			if diff := cmp.Diff(alone[i].Tokens, got[j].Tokens); diff != "" {
 				t.Errorf("batch %v: request %d tokens (-alone +batched):\n%s", idx, i, diff)
 			}
-			if d := maxAbsDiff(alone[i].LogProbs, got[j].LogProbs); d > 1e-5 {
+			if d := torchtest.MaxAbsDiff(alone[i].LogProbs, got[j].LogProbs); d > 1e-5 {
 				t.Errorf("batch %v: request %d: max |Δlogprob| = %g, want <= 1e-5", idx, i, d)
 			}
 		}
@@ -70,7 +70,7 @@ func TestBatchIndependence(t *testing.T) {
 	full := NewBatch(prompts, make([]int, len(reqs)), nil, 0)
 	a := m.lastLogits(solo, nil, nil)
 	b := m.lastLogits(full, nil, nil)[:m.Config.VocabSize]
-	t.Logf("request 0 logits alone vs batch of %d: max |Δ| = %g", len(reqs), maxAbsDiff(a, b))
+	t.Logf("request 0 logits alone vs batch of %d: max |Δ| = %g", len(reqs), torchtest.MaxAbsDiff(a, b))
 }
 
 // sharedRequests is an agent's batch: 3 questions × 4 samples behind one 9-token
@@ -79,14 +79,14 @@ func TestBatchIndependence(t *testing.T) {
 // request.
 func sharedRequests() []Request {
 	rng := rand.New(rand.NewPCG(8, 9))
-	system := randomTokens(rng, 9, 97)
+	system := torchtest.RandomTokens(rng, 9, 97)
 	var out []Request
 	for q := range 3 {
-		question := randomTokens(rng, 2+3*q, 97)
+		question := torchtest.RandomTokens(rng, 2+3*q, 97)
 		for s := range 4 {
 			p := slices.Concat(system, question)
 			if q > 0 {
-				p = append(p, randomTokens(rng, 1+rng.IntN(6), 97)...)
+				p = append(p, torchtest.RandomTokens(rng, 1+rng.IntN(6), 97)...)
 			}
 			out = append(out, Request{Prompt: p, Seed: uint64(200 + 4*q + s)})
 		}
@@ -115,7 +115,7 @@ func TestGenerateSharedPrefixes(t *testing.T) {
 			if diff := cmp.Diff(alone.Tokens, got[i].Tokens); diff != "" {
 				t.Errorf("T=%g request %d tokens (-alone +shared):\n%s", cfg.Temperature, i, diff)
 			}
-			if d := maxAbsDiff(alone.LogProbs, got[i].LogProbs); d > 1e-5 {
+			if d := torchtest.MaxAbsDiff(alone.LogProbs, got[i].LogProbs); d > 1e-5 {
 				t.Errorf("T=%g request %d: max |Δlogprob| = %g, want <= 1e-5", cfg.Temperature, i, d)
 			}
 		}
@@ -174,7 +174,7 @@ func TestSamplingLogProbsMatchScoring(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range gen {
-			if d := maxAbsDiff(gen[i].LogProbs, scored[i].LogProbs); d > 1e-4 {
+			if d := torchtest.MaxAbsDiff(gen[i].LogProbs, scored[i].LogProbs); d > 1e-4 {
 				t.Errorf("T=%g request %d: max |Δlogprob| decode vs forward = %g, want <= 1e-4", temp, i, d)
 			}
 		}
@@ -204,7 +204,7 @@ func TestGenerateStopAndLength(t *testing.T) {
 		t.Errorf("with stop %v: finish %q, tokens (-want +got):\n%s", stop, got.Finish, diff)
 	}
 	// The context limit ends generation too: 64 positions, prompt of 60.
-	long := []Request{{Prompt: randomTokens(rand.New(rand.NewPCG(1, 1)), 60, 97)}}
+	long := []Request{{Prompt: torchtest.RandomTokens(rand.New(rand.NewPCG(1, 1)), 60, 97)}}
 	got = generate(t, m, long, sample.Config{MaxNewTokens: 10})[0]
 	if len(got.Tokens) != 4 || got.Finish != FinishLength {
 		t.Errorf("prompt 60 of 64 positions: %d tokens, finish %q; want 4, length", len(got.Tokens), got.Finish)
@@ -243,7 +243,7 @@ func TestLogProbsMatchFullSoftmax(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	var pairs []Pair
 	for range 5 {
-		pairs = append(pairs, Pair{Context: randomTokens(rng, 1+rng.IntN(8), 97), Response: randomTokens(rng, rng.IntN(9), 97)})
+		pairs = append(pairs, Pair{Context: torchtest.RandomTokens(rng, 1+rng.IntN(8), 97), Response: torchtest.RandomTokens(rng, rng.IntN(9), 97)})
 	}
 	var want [][]float64
 	var wantEnt [][]float64
@@ -388,7 +388,7 @@ func TestGenerateUnderCollector(t *testing.T) {
 		for r := range rounds {
 			reqs := sharedRequests()
 			for i := range reqs {
-				reqs[i].Prompt = append(reqs[i].Prompt, randomTokens(rng, rng.IntN(8), 97)...)
+				reqs[i].Prompt = append(reqs[i].Prompt, torchtest.RandomTokens(rng, rng.IntN(8), 97)...)
 				reqs[i].Seed += uint64(1000 * r)
 			}
 			quiet := generate(t, m, reqs, cfg)
@@ -442,7 +442,7 @@ func TestGeneratePast(t *testing.T) {
 				if diff := cmp.Diff(whole[i].Tokens, got[i].Tokens); diff != "" {
 					t.Errorf("T=%g turn %d request %d tokens (-whole +past):\n%s", cfg.Temperature, turn, i, diff)
 				}
-				if d := maxAbsDiff(whole[i].LogProbs, got[i].LogProbs); d > 1e-5 {
+				if d := torchtest.MaxAbsDiff(whole[i].LogProbs, got[i].LogProbs); d > 1e-5 {
 					t.Errorf("T=%g turn %d request %d: max |Δlogprob| = %g, want <= 1e-5", cfg.Temperature, turn, i, d)
 				}
 				if whole[i].Past != nil {
@@ -454,9 +454,9 @@ func TestGeneratePast(t *testing.T) {
 				}
 				pasts[i].Drop()
 				pasts[i] = p
-				next := slices.Concat(reqs[i].Prompt, got[i].Tokens, randomTokens(rng, 2+rng.IntN(5), 97))
+				next := slices.Concat(reqs[i].Prompt, got[i].Tokens, torchtest.RandomTokens(rng, 2+rng.IntN(5), 97))
 				if i == 3 { // a context that departs from the last one after its first tokens
-					next = slices.Concat(reqs[i].Prompt[:2], randomTokens(rng, 6, 97))
+					next = slices.Concat(reqs[i].Prompt[:2], torchtest.RandomTokens(rng, 6, 97))
 				}
 				if n, want := p.reuse(next), min(p.Len(), len(next)-1); i < 3 && n != want {
 					t.Errorf("turn %d request %d: reuses %d slots, want %d", turn, i, n, want)

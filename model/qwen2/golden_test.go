@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mempo/mempo/model/sample"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata goldens from the current code")
@@ -45,7 +46,7 @@ func goldenRuns(t *testing.T) []goldenRun {
 		rng := rand.New(rand.NewPCG(11, 12))
 		var reqs []Request
 		for i := range 8 {
-			reqs = append(reqs, Request{Prompt: randomTokens(rng, 2+rng.IntN(30), mc.c.VocabSize), Seed: uint64(1000 + i)})
+			reqs = append(reqs, Request{Prompt: torchtest.RandomTokens(rng, 2+rng.IntN(30), mc.c.VocabSize), Seed: uint64(1000 + i)})
 		}
 		for _, cfg := range cfgs {
 			gen, err := m.Generate(reqs, cfg)
@@ -103,7 +104,7 @@ func TestGenerateGolden(t *testing.T) {
 			continue
 		}
 		for r := range w.LogProbs {
-			d := maxAbsDiff(g.LogProbs[r], w.LogProbs[r])
+			d := torchtest.MaxAbsDiff(g.LogProbs[r], w.LogProbs[r])
 			worst = max(worst, d)
 			if d > 1e-5 {
 				t.Errorf("%s %+v request %d: max |Δlogprob| = %g, want <= 1e-5", w.Model, w.Config, r, d)

@@ -10,6 +10,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // TestLogProbGradients runs LogProbTensor with gradients, as the PPO update does,
@@ -25,7 +26,7 @@ func TestLogProbGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	var pairs []Pair
 	for range 4 {
-		pairs = append(pairs, Pair{Context: randomTokens(rng, 1+rng.IntN(8), 97), Response: randomTokens(rng, 1+rng.IntN(9), 97)})
+		pairs = append(pairs, Pair{Context: torchtest.RandomTokens(rng, 1+rng.IntN(8), 97), Response: torchtest.RandomTokens(rng, 1+rng.IntN(9), 97)})
 	}
 	lp, ent, err := m.LogProbTensor(pairs, ScoreConfig{Entropy: true, Chunk: 5})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 func TestBranchBatches(t *testing.T) {
@@ -43,10 +44,10 @@ func TestBranchBatches(t *testing.T) {
 func TestBranchLogProbsMatchPairs(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(3, 4))
-	root := randomTokens(rng, 12, 97)
+	root := torchtest.RandomTokens(rng, 12, 97)
 	var trees []Tree
 	for i := range 8 {
-		tr := Tree{Trunk: randomTokens(rng, 5+rng.IntN(20), 97)}
+		tr := Tree{Trunk: torchtest.RandomTokens(rng, 5+rng.IntN(20), 97)}
 		switch {
 		case i == 4:
 			tr.Trunk = root
@@ -54,15 +55,15 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 			tr.Trunk = slices.Concat(root, tr.Trunk)
 		}
 		for range 1 + rng.IntN(4) {
-			ids := randomTokens(rng, 1+rng.IntN(6), 97)
+			ids := torchtest.RandomTokens(rng, 1+rng.IntN(6), 97)
 			tr.Branches = append(tr.Branches, Branch{Prefix: 1 + rng.IntN(len(tr.Trunk)), IDs: ids, From: rng.IntN(len(ids))})
 		}
 		trees = append(trees, tr)
 	}
 	// Repeats, scored once (distinctTrees): tree 8 continues tree 5's trunk and repeats
 	// its branches, and tree 2 repeats its first branch.
-	rep := Tree{Trunk: slices.Concat(trees[5].Trunk, randomTokens(rng, 4, 97)), Branches: slices.Clone(trees[5].Branches)}
-	rep.Branches = append(rep.Branches, Branch{Prefix: len(rep.Trunk), IDs: randomTokens(rng, 3, 97), From: 1})
+	rep := Tree{Trunk: slices.Concat(trees[5].Trunk, torchtest.RandomTokens(rng, 4, 97)), Branches: slices.Clone(trees[5].Branches)}
+	rep.Branches = append(rep.Branches, Branch{Prefix: len(rep.Trunk), IDs: torchtest.RandomTokens(rng, 3, 97), From: 1})
 	trees = append(trees, rep)
 	trees[2].Branches = append(trees[2].Branches, trees[2].Branches[0])
 	if runs, shared := prefixRuns([][]int64{trees[4].Trunk, trees[5].Trunk, trees[6].Trunk, trees[7].Trunk}); len(runs) != 1 || shared[0] != 12 {
@@ -90,7 +91,7 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := maxAbsDiff(got[i][b], want[0].LogProbs[br.From:]); d > 1e-5 {
+				if d := torchtest.MaxAbsDiff(got[i][b], want[0].LogProbs[br.From:]); d > 1e-5 {
 					t.Errorf("%+v chunk %d tree %d branch %d: max |Δlogprob| packed vs alone = %g, want <= 1e-5", cfg, tc.chunk, i, b, d)
 				}
 			}
@@ -104,12 +105,12 @@ func TestBranchLogProbsMatchPairs(t *testing.T) {
 func TestTrunkRowsLongestFirst(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(5, 6))
-	root := randomTokens(rng, 10, 97)
+	root := torchtest.RandomTokens(rng, 10, 97)
 	trees := []Tree{
-		{Trunk: randomTokens(rng, 5, 97)},                      // runs 5
-		{Trunk: slices.Concat(root, randomTokens(rng, 3, 97))}, // runs 3 after the root
-		{Trunk: randomTokens(rng, 9, 97)},                      // runs 9
-		{Trunk: slices.Concat(root, randomTokens(rng, 7, 97))}, // runs 7 after the root
+		{Trunk: torchtest.RandomTokens(rng, 5, 97)},                      // runs 5
+		{Trunk: slices.Concat(root, torchtest.RandomTokens(rng, 3, 97))}, // runs 3 after the root
+		{Trunk: torchtest.RandomTokens(rng, 9, 97)},                      // runs 9
+		{Trunk: slices.Concat(root, torchtest.RandomTokens(rng, 7, 97))}, // runs 7 after the root
 	}
 	var brs []treeBranch
 	for i, tr := range trees {
@@ -219,9 +220,9 @@ func TestBranchTemperatures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var trees []Tree
 	for range 4 {
-		tr := Tree{Trunk: randomTokens(rng, 4+rng.IntN(12), 97)}
+		tr := Tree{Trunk: torchtest.RandomTokens(rng, 4+rng.IntN(12), 97)}
 		for k := range 4 {
-			ids := randomTokens(rng, 2+rng.IntN(5), 97)
+			ids := torchtest.RandomTokens(rng, 2+rng.IntN(5), 97)
 			br := Branch{Prefix: 1 + rng.IntN(len(tr.Trunk)), IDs: ids, From: rng.IntN(len(ids))}
 			if k%2 == 1 {
 				br.Temperature = 1
@@ -250,11 +251,11 @@ func TestBranchTemperatures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := maxAbsDiff(got[i][b], want[0].LogProbs[br.From:]); d > 1e-5 {
+				if d := torchtest.MaxAbsDiff(got[i][b], want[0].LogProbs[br.From:]); d > 1e-5 {
 					t.Errorf("budget %d tree %d branch %d at temperature %v: max |Δlogprob| = %g, want <= 1e-5", cfg.TokenBudget, i, b, temp, d)
 				}
 			}
-			if maxAbsDiff(got[i][0], got[i][4]) < 1e-3 {
+			if torchtest.MaxAbsDiff(got[i][0], got[i][4]) < 1e-3 {
 				t.Errorf("tree %d: the branch at temperature 2 scored as its twin at %v", i, def)
 			}
 		}

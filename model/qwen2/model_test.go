@@ -2,13 +2,13 @@ package qwen2
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/mempo/mempo/model/sample"
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -49,14 +49,6 @@ func newTrainableModel(t testing.TB, c Config, opt Options) *Model {
 	return m
 }
 
-func randomTokens(rng *rand.Rand, n, vocab int) []int64 {
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = rng.Int64N(int64(vocab))
-	}
-	return out
-}
-
 // secondTurns generates a first turn of prompts, keeping each sequence's Past, and
 // returns its next turn (the prompt, the completion and extra random tokens, seeded
 // 100+i) twice: whole, from the whole prompt, and carried, from the Past. The Pasts
@@ -74,7 +66,7 @@ func secondTurns(tb testing.TB, m *Model, rng *rand.Rand, prompts [][]int64, ext
 	whole, carried = make([]Request, len(reqs)), make([]Request, len(reqs))
 	for i, c := range first {
 		tb.Cleanup(c.Past.Drop)
-		p := slices.Concat(prompts[i], c.Tokens, randomTokens(rng, extra, m.Config.VocabSize))
+		p := slices.Concat(prompts[i], c.Tokens, torchtest.RandomTokens(rng, extra, m.Config.VocabSize))
 		whole[i] = Request{Prompt: p, Seed: uint64(100 + i)}
 		carried[i] = Request{Prompt: p, Seed: uint64(100 + i), Past: c.Past}
 	}
@@ -102,17 +94,6 @@ func fullLogits(m *Model, seq []int64) [][]float32 {
 	return out
 }
 
-func maxAbsDiff(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	d := 0.0
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i]-b[i])))
-	}
-	return d
-}
-
 // TestCacheMatchesFull decodes two rows of different prompt lengths together, one
 // token at a time through the KV cache, and compares every step's logits with a
 // full forward over each row alone. Tolerance 1e-4 absolute in float32: the two
@@ -120,7 +101,7 @@ func maxAbsDiff(a, b []float32) float64 {
 func TestCacheMatchesFull(t *testing.T) {
 	m := newTestModel(t, testConfig(), Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
-	seqs := [][]int64{randomTokens(rng, 20, 97), randomTokens(rng, 17, 97)}
+	seqs := [][]int64{torchtest.RandomTokens(rng, 20, 97), torchtest.RandomTokens(rng, 17, 97)}
 	prompt := []int{5, 9}
 	want := [][][]float32{fullLogits(m, seqs[0]), fullLogits(m, seqs[1])}
 	base := liveTensors()
@@ -137,7 +118,7 @@ func TestCacheMatchesFull(t *testing.T) {
 	for r := range 2 {
 		for j := 0; j < prompt[r]; j++ {
 			row := got[(r*b.Width+j)*v : (r*b.Width+j+1)*v]
-			if d := maxAbsDiff(row, want[r][j]); d > 1e-4 {
+			if d := torchtest.MaxAbsDiff(row, want[r][j]); d > 1e-4 {
 				t.Errorf("prefill row %d pos %d: max |Δlogit| = %g, want <= 1e-4", r, j, d)
 			}
 		}
@@ -152,7 +133,7 @@ func TestCacheMatchesFull(t *testing.T) {
 		got := floats(logits)
 		torch.Drop(ids, pos, mask, logits)
 		for r := range 2 {
-			if d := maxAbsDiff(got[r*v:(r+1)*v], want[r][n[r]]); d > 1e-4 {
+			if d := torchtest.MaxAbsDiff(got[r*v:(r+1)*v], want[r][n[r]]); d > 1e-4 {
 				t.Errorf("step %d row %d pos %d: max |Δlogit| = %g, want <= 1e-4", step, r, n[r], d)
 			}
 			n[r]++
@@ -184,10 +165,10 @@ func TestBFloat16(t *testing.T) {
 	if bf.DType().String() == f32.DType().String() {
 		t.Fatalf("bfloat16 model has dtype %v", bf.DType())
 	}
-	seq := randomTokens(rand.New(rand.NewPCG(4, 4)), 10, 97)
+	seq := torchtest.RandomTokens(rand.New(rand.NewPCG(4, 4)), 10, 97)
 	want, got := fullLogits(f32, seq), fullLogits(bf, seq)
 	for p := range seq {
-		if d := maxAbsDiff(got[p], want[p]); d > 0.05 {
+		if d := torchtest.MaxAbsDiff(got[p], want[p]); d > 0.05 {
 			t.Errorf("pos %d: max |bf16 - f32 logit| = %g, want <= 0.05", p, d)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 func TestPackRows(t *testing.T) {
@@ -41,7 +43,7 @@ func TestLogProbTensorPacksRows(t *testing.T) {
 	var pairs []Pair
 	var seqs [][]int64
 	for range 12 {
-		p := Pair{Context: randomTokens(rng, 1+rng.IntN(20), 97), Response: randomTokens(rng, rng.IntN(8), 97)}
+		p := Pair{Context: torchtest.RandomTokens(rng, 1+rng.IntN(20), 97), Response: torchtest.RandomTokens(rng, rng.IntN(8), 97)}
 		pairs = append(pairs, p)
 		seqs = append(seqs, append(slices.Clone(p.Context), p.Response...))
 	}
@@ -57,7 +59,7 @@ func TestLogProbTensorPacksRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range pairs {
-		if d := max(maxAbsDiff(got[i].LogProbs, want[i].LogProbs), maxAbsDiff(got[i].Entropy, want[i].Entropy)); d > 1e-5 {
+		if d := max(torchtest.MaxAbsDiff(got[i].LogProbs, want[i].LogProbs), torchtest.MaxAbsDiff(got[i].Entropy, want[i].Entropy)); d > 1e-5 {
 			t.Errorf("pair %d: max |Δ| packed vs alone = %g, want <= 1e-5", i, d)
 		}
 	}

@@ -101,7 +101,7 @@ func parityLogits(t *testing.T, ref, got *Model, tol parityTolerance) {
 	rng := rand.New(rand.NewPCG(11, 11))
 	var rows [][]int64
 	for _, n := range []int{40, 33, 48, 25} {
-		rows = append(rows, randomTokens(rng, n, ref.Config.VocabSize))
+		rows = append(rows, torchtest.RandomTokens(rng, n, ref.Config.VocabSize))
 	}
 	want, g := batchLogits(ref, rows), batchLogits(got, rows)
 	scale := 1.0
@@ -133,10 +133,10 @@ func parityPairs(vocab int) []Pair {
 	rng := rand.New(rand.NewPCG(12, 12))
 	var pairs []Pair
 	for range 2 {
-		prompt := randomTokens(rng, 24, vocab)
+		prompt := torchtest.RandomTokens(rng, 24, vocab)
 		for range 4 {
-			ctx := append(slices.Clone(prompt), randomTokens(rng, rng.IntN(9), vocab)...)
-			pairs = append(pairs, Pair{Context: ctx, Response: randomTokens(rng, 12+rng.IntN(9), vocab)})
+			ctx := append(slices.Clone(prompt), torchtest.RandomTokens(rng, rng.IntN(9), vocab)...)
+			pairs = append(pairs, Pair{Context: ctx, Response: torchtest.RandomTokens(rng, 12+rng.IntN(9), vocab)})
 		}
 	}
 	return pairs
@@ -191,7 +191,7 @@ func parityGreedy(t *testing.T, ref, got *Model, tol parityTolerance) {
 	rng := rand.New(rand.NewPCG(13, 13))
 	var reqs []Request
 	for i := range 4 {
-		reqs = append(reqs, Request{Prompt: randomTokens(rng, 12+rng.IntN(9), ref.Config.VocabSize), Seed: uint64(i)})
+		reqs = append(reqs, Request{Prompt: torchtest.RandomTokens(rng, 12+rng.IntN(9), ref.Config.VocabSize), Seed: uint64(i)})
 	}
 	cfg := sample.Config{MaxNewTokens: 16}
 	gen, err := got.Generate(reqs, cfg)
@@ -249,7 +249,7 @@ func parityPast(t *testing.T, m *Model, dtype string, tol parityTolerance) {
 	cfg := sample.Config{MaxNewTokens: 8}
 	var prompts [][]int64
 	for i := range 3 {
-		prompts = append(prompts, randomTokens(rng, 20+5*i, m.Config.VocabSize))
+		prompts = append(prompts, torchtest.RandomTokens(rng, 20+5*i, m.Config.VocabSize))
 	}
 	whole, carried := secondTurns(t, m, rng, prompts, 5, cfg)
 	for i, r := range carried {

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 func TestBestSplit(t *testing.T) {
@@ -39,16 +41,16 @@ func TestPrefixLogProbsMatchLogProbs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var pairs []Pair
 	for range 3 {
-		prompt := randomTokens(rng, 4+rng.IntN(10), 97)
+		prompt := torchtest.RandomTokens(rng, 4+rng.IntN(10), 97)
 		for range 4 {
 			ctx := slices.Clone(prompt)
 			for turn := range 3 {
-				resp := randomTokens(rng, rng.IntN(5), 97)
+				resp := torchtest.RandomTokens(rng, rng.IntN(5), 97)
 				pairs = append(pairs, Pair{Context: slices.Clone(ctx), Response: resp})
 				if turn == 0 && rng.IntN(2) == 0 {
 					pairs = append(pairs, pairs[len(pairs)-1]) // a duplicate
 				}
-				ctx = append(ctx, randomTokens(rng, 1+rng.IntN(6), 97)...)
+				ctx = append(ctx, torchtest.RandomTokens(rng, 1+rng.IntN(6), 97)...)
 			}
 		}
 	}
@@ -71,7 +73,7 @@ func TestPrefixLogProbsMatchLogProbs(t *testing.T) {
 			if len(got[i].LogProbs) != len(pairs[i].Response) {
 				t.Fatalf("%+v pair %d: %d log-probs for %d response tokens", cfg, i, len(got[i].LogProbs), len(pairs[i].Response))
 			}
-			if d := maxAbsDiff(got[i].LogProbs, want[i].LogProbs); d > 1e-5 {
+			if d := torchtest.MaxAbsDiff(got[i].LogProbs, want[i].LogProbs); d > 1e-5 {
 				t.Errorf("%+v pair %d: max |Δlogprob| shared vs alone = %g, want <= 1e-5", cfg, i, d)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // refModel is a plain float64 Qwen2 forward pass written from the HF modeling code
@@ -152,7 +154,7 @@ func TestMatchesReference(t *testing.T) {
 			c.InitializerRange = 0.2
 			c.TieEmbedding = tied
 			m := newTestModel(t, c, Options{Attention: attn})
-			seq := randomTokens(rand.New(rand.NewPCG(3, 4)), 12, c.VocabSize)
+			seq := torchtest.RandomTokens(rand.New(rand.NewPCG(3, 4)), 12, c.VocabSize)
 			want := newRef(m).forward(seq)
 			got := fullLogits(m, seq)
 			worst, scale := 0.0, 0.0

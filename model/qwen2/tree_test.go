@@ -9,6 +9,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/mempo/mempo/model/torch"
+	"github.com/mempo/mempo/model/torch/torchtest"
 )
 
 // treeCases are pairs as an update's micro-batch holds them: groups sharing a prompt,
@@ -18,23 +19,23 @@ import (
 func treeCases(rng *rand.Rand, vocab int) []Pair {
 	var pairs []Pair
 	for range 3 {
-		prompt := randomTokens(rng, 4+rng.IntN(6), vocab)
+		prompt := torchtest.RandomTokens(rng, 4+rng.IntN(6), vocab)
 		var prev []int64
 		for range 4 {
-			ctx := slices.Concat(prompt, randomTokens(rng, 1+rng.IntN(5), vocab))
+			ctx := slices.Concat(prompt, torchtest.RandomTokens(rng, 1+rng.IntN(5), vocab))
 			if prev != nil && rng.IntN(2) == 0 {
-				ctx = slices.Concat(prev, randomTokens(rng, 1+rng.IntN(4), vocab))
+				ctx = slices.Concat(prev, torchtest.RandomTokens(rng, 1+rng.IntN(4), vocab))
 			}
-			pairs = append(pairs, Pair{Context: ctx, Response: randomTokens(rng, 1+rng.IntN(6), vocab)})
+			pairs = append(pairs, Pair{Context: ctx, Response: torchtest.RandomTokens(rng, 1+rng.IntN(6), vocab)})
 			prev = ctx
 		}
 		again := pairs[len(pairs)-2] // a turn two samples took word for word
 		pairs = append(pairs, Pair{Context: slices.Clone(again.Context), Response: slices.Clone(again.Response)})
-		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 3, vocab)})
-		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: randomTokens(rng, 2, vocab)})
+		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: torchtest.RandomTokens(rng, 3, vocab)})
+		pairs = append(pairs, Pair{Context: slices.Clone(prompt), Response: torchtest.RandomTokens(rng, 2, vocab)})
 		pairs = append(pairs, Pair{Context: slices.Concat(prompt, []int64{1}), Response: nil})
 	}
-	pairs = append(pairs, Pair{Context: randomTokens(rng, 7, vocab), Response: randomTokens(rng, 4, vocab)})
+	pairs = append(pairs, Pair{Context: torchtest.RandomTokens(rng, 7, vocab), Response: torchtest.RandomTokens(rng, 4, vocab)})
 	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
 	return pairs
 }
@@ -45,13 +46,13 @@ func treeCases(rng *rand.Rand, vocab int) []Pair {
 // opening of their rest, one sequence is its trunk and one token, and one stands
 // alone.
 func sftCases(rng *rand.Rand, vocab int) []Pair {
-	system := randomTokens(rng, 6, vocab)
+	system := torchtest.RandomTokens(rng, 6, vocab)
 	var pairs []Pair
 	for range 3 {
-		question := randomTokens(rng, 2+rng.IntN(3), vocab)
-		opening := randomTokens(rng, 3, vocab)
+		question := torchtest.RandomTokens(rng, 2+rng.IntN(3), vocab)
+		opening := torchtest.RandomTokens(rng, 3, vocab)
 		for range 3 {
-			rest := randomTokens(rng, 2+rng.IntN(5), vocab)
+			rest := torchtest.RandomTokens(rng, 2+rng.IntN(5), vocab)
 			if rng.IntN(2) == 0 {
 				rest = slices.Concat(opening, rest)
 			}
@@ -61,7 +62,7 @@ func sftCases(rng *rand.Rand, vocab int) []Pair {
 		seq := slices.Concat(system, question, opening[:1])
 		pairs = append(pairs, Pair{Context: seq[:1], Response: seq[1:]})
 	}
-	seq := randomTokens(rng, 6, vocab)
+	seq := torchtest.RandomTokens(rng, 6, vocab)
 	pairs = append(pairs, Pair{Context: seq[:2], Response: seq[2:]})
 	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
 	return pairs
@@ -147,15 +148,15 @@ func (s scored) check(t *testing.T, want scored, tol float64) {
 	if len(s.lp) != len(want.lp) || len(s.ent) != len(want.ent) {
 		t.Fatalf("scored %d/%d tokens, want %d/%d", len(s.lp), len(s.ent), len(want.lp), len(want.ent))
 	}
-	if d := maxAbsDiff(s.lp, want.lp); d > tol {
+	if d := torchtest.MaxAbsDiff(s.lp, want.lp); d > tol {
 		t.Errorf("log-probs differ by %g", d)
 	}
-	if d := maxAbsDiff(s.ent, want.ent); d > tol {
+	if d := torchtest.MaxAbsDiff(s.ent, want.ent); d > tol {
 		t.Errorf("entropies differ by %g", d)
 	}
 	for k, g := range want.grads {
-		scale := max(1, maxAbsDiff(g, make([]float32, len(g))))
-		if d := maxAbsDiff(s.grads[k], g); d > tol*scale {
+		scale := max(1, torchtest.MaxAbsDiff(g, make([]float32, len(g))))
+		if d := torchtest.MaxAbsDiff(s.grads[k], g); d > tol*scale {
 			t.Errorf("%s: gradients differ by %g, %g relative", k, d, d/scale)
 		}
 	}
@@ -205,7 +206,7 @@ func TestTreeLogProbTensorBFloat16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := maxAbsDiff(floats(tree), floats(flat)); d > 0.05 {
+	if d := torchtest.MaxAbsDiff(floats(tree), floats(flat)); d > 0.05 {
 		t.Errorf("bfloat16 log-probs differ by %g, want <= 0.05", d)
 	}
 	s := torch.Of(tree).SumLast()

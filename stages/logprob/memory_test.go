@@ -13,6 +13,7 @@ import (
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/bpe"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch/torchtest"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -416,7 +417,7 @@ func TestContextBaseline(t *testing.T) {
 	memories := 0
 	for i, r := range rows {
 		g := got[i]
-		if d := maxAbsDiff(g.OldLogprobs, want[i].OldLogprobs); d > 1e-5 || len(g.OldLogprobs) != len(r.ResponseIDs) {
+		if d := torchtest.MaxAbsDiff(g.OldLogprobs, want[i].OldLogprobs); d > 1e-5 || len(g.OldLogprobs) != len(r.ResponseIDs) {
 			t.Errorf("%s: %d old log-probs differ from the run without P_ctx by %g, want %d within 1e-5", key(g), len(g.OldLogprobs), d, len(r.ResponseIDs))
 		}
 		if g.PFull != nil || (g.PCtx != nil) != hasMemory(&r) || (g.PMem != nil) != hasMemory(&r) {

@@ -17,19 +17,9 @@ import (
 	"github.com/mempo/mempo/format"
 	"github.com/mempo/mempo/jobs"
 	"github.com/mempo/mempo/model/qwen2"
+	"github.com/mempo/mempo/model/torch/torchtest"
 	"github.com/sugarme/gotch/ts"
 )
-
-func maxAbsDiff(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	d := 0.0
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i]-b[i])))
-	}
-	return d
-}
 
 // TestRunOldMatchesSampling: rollouts sampled by qwen2.Generate at temperature 1 get
 // old log-probs equal to their sampling log-probs (1e-4: the KV-cache decode and the
@@ -53,7 +43,7 @@ func TestRunOldMatchesSampling(t *testing.T) {
 		if k := key(got[i]); k != key(format.Logprob{UID: r.UID, Sample: r.Sample, Turn: r.Turn}) {
 			t.Fatalf("row %d is %s, want the rollouts' order", i, k)
 		}
-		if d := maxAbsDiff(got[i].OldLogprobs, r.SamplingLogprobs); d > 1e-4 {
+		if d := torchtest.MaxAbsDiff(got[i].OldLogprobs, r.SamplingLogprobs); d > 1e-4 {
 			t.Errorf("%s: max |old − sampling| = %g, want <= 1e-4", key(got[i]), d)
 		}
 		if diff := cmp.Diff(got[i].OldLogprobs, got[i].RefLogprobs); diff != "" {
@@ -173,7 +163,7 @@ func TestRunDType(t *testing.T) {
 	}
 	var most float64
 	for i := range got {
-		most = max(most, maxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs))
+		most = max(most, torchtest.MaxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs))
 	}
 	if !(most > 0 && most < 0.5) {
 		t.Errorf("bfloat16 old log-probs differ from float32 ones by at most %g, want rounding: above 0, below 0.5", most)
@@ -198,7 +188,7 @@ func TestRunAttention(t *testing.T) {
 	}
 	var most float64
 	for i := range got {
-		most = max(most, maxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs), maxAbsDiff(got[i].RefLogprobs, want[i].RefLogprobs))
+		most = max(most, torchtest.MaxAbsDiff(got[i].OldLogprobs, want[i].OldLogprobs), torchtest.MaxAbsDiff(got[i].RefLogprobs, want[i].RefLogprobs))
 	}
 	if !(most > 0 && most <= 1e-4) {
 		t.Errorf("fused old and reference log-probs differ from materialised ones by %g, want float32 rounding: above 0 (another kernel ran), at most 1e-4", most)
@@ -228,10 +218,10 @@ func TestRunRefPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range rows {
-		if d := maxAbsDiff(got[i].RefLogprobs, want[i].LogProbs); d > 1e-5 {
+		if d := torchtest.MaxAbsDiff(got[i].RefLogprobs, want[i].LogProbs); d > 1e-5 {
 			t.Errorf("%s: max |ref − direct| = %g, want <= 1e-5", key(got[i]), d)
 		}
-		if maxAbsDiff(got[i].RefLogprobs, got[i].OldLogprobs) < 1e-3 {
+		if torchtest.MaxAbsDiff(got[i].RefLogprobs, got[i].OldLogprobs) < 1e-3 {
 			t.Errorf("%s: ref_logprobs equal old_logprobs, want the reference model's own", key(got[i]))
 		}
 	}

@@ -1,10 +1,13 @@
-// Package torchtest holds the benchmark helpers of the tensor packages: thread pinning,
-// the fastest-iteration timer, and the machine's measured roofline (fp32 GEMM rate and
-// copy bandwidth) that throughput is reported as a fraction of (DESIGN.md §10).
+// Package torchtest holds the test and benchmark helpers of the tensor packages: float
+// comparison, random token ids, collector pressure, thread pinning, the
+// fastest-iteration timer, and the machine's measured roofline (fp32 GEMM rate and copy
+// bandwidth) that throughput is reported as a fraction of (DESIGN.md §10).
 package torchtest
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -155,4 +158,25 @@ func CollectorPressure() (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// MaxAbsDiff is the largest |a[i] − b[i]|, +Inf when the lengths differ.
+func MaxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	d := 0.0
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// RandomTokens is n token ids drawn uniformly from [0, vocab).
+func RandomTokens(rng *rand.Rand, n, vocab int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = rng.Int64N(int64(vocab))
+	}
+	return out
 }
